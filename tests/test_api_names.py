@@ -1,0 +1,69 @@
+"""Every `torch.`-dotted name in the chapters' text and code resolves in the installed torch.
+
+Names a chapter mentions precisely because they do not exist are listed, with the reason, in that chapter's
+`absent-names.txt` (one `torch.x.y  # why` per line).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = re.compile(r"(?<![\w.])torch(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+FILES = sorted(p for p in (ROOT / "chapters").rglob("*") if p.suffix in {".md", ".py"}) + [ROOT / "intro.md"]
+
+
+@cache
+def resolves(name: str) -> bool:
+    parts = name.split(".")
+    obj = None
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        rest = parts[i:]
+        break
+    else:
+        return False
+    for attr in rest:
+        try:
+            obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+    return True
+
+
+def allowlist(chapter: Path) -> set[str]:
+    f = chapter / "absent-names.txt"
+    if not f.is_file():
+        return set()
+    return {line.split("#")[0].strip() for line in f.read_text().splitlines() if line.split("#")[0].strip()}
+
+
+def names_in(path: Path) -> set[str]:
+    return set(NAME.findall(path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_torch_names_resolve(path: Path):
+    allowed = allowlist(path.parent) if path.parent.parent.name == "chapters" else set()
+    bad = sorted(n for n in names_in(path) if n not in allowed and not resolves(n))
+    assert not bad, f"names that do not exist in torch {importlib.import_module('torch').__version__}: {bad}"
+
+
+def test_allowlisted_names_really_are_absent():
+    for chapter in sorted((ROOT / "chapters").iterdir()):
+        for name in allowlist(chapter):
+            assert not resolves(name), f"{chapter.name}/absent-names.txt lists {name}, which exists"
+
+
+def test_the_checker_catches_a_made_up_name():
+    assert resolves("torch.distributed.all_reduce")
+    assert resolves("torch.nn.functional.scaled_mm")
+    assert not resolves("torch.distributed.enable_flight_recorder")
