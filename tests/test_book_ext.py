@@ -27,3 +27,12 @@ def test_page_stamps(tmp_path):
     html = _badge_html("a < b", ["s"])
     assert "a &lt; b" in html and "Last verified: s" in html
     assert _badge_html(None, []) == ""
+
+
+def test_empty_live_output_placeholders_are_dropped():
+    from pt215.book import _EMPTY_OUTPUT
+
+    head = '<div class="output text_plain highlight-myst-ansi notranslate"><div class="highlight"><pre><span></span>'
+    empty = head + "\n</pre></div>\n</div>\n"
+    full = head + "x\n</pre></div>\n</div>\n"
+    assert _EMPTY_OUTPUT.sub("", empty + full) == full

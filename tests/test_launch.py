@@ -160,3 +160,14 @@ def test_cli_help():
     out = subprocess.run([sys.executable, "-m", "pt215.launch", "--help"], capture_output=True, text=True,
                          timeout=60, env={**os.environ})
     assert out.returncode == 0 and "--nproc" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_cli_options_before_or_after_the_script(tmp_path, unique_name, order):
+    path = script(tmp_path, unique_name, OK)
+    opts = ["-n", "2", "--timeout", "120"]
+    argv = opts + [str(path)] if order == "before" else [str(path)] + opts
+    out = subprocess.run([sys.executable, "-m", "pt215.launch", *argv], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == '{"0": {"rank": 0, "sum": 1.0}, "1": {"rank": 1, "sum": 1.0}}'

@@ -90,10 +90,11 @@ def test_page(server, browser, page_path):
         broken = page.evaluate(
             "() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
         assert not broken, f"images that did not load: {broken}"
+        # state="attached": math or a widget may sit inside a collapsed solution dropdown
         if page.locator(".math").count():
-            page.wait_for_selector("mjx-container", timeout=15000)
+            page.wait_for_selector("mjx-container", state="attached", timeout=15000)
         if page.locator("script[type='application/vnd.jupyter.widget-view+json']").count():
-            page.wait_for_selector(".jupyter-widgets", timeout=15000)
+            page.wait_for_selector(".jupyter-widgets", state="attached", timeout=15000)
         assert not local_failures(failures), f"requests that failed: {local_failures(failures)}"
     finally:
         page.close()

@@ -18,6 +18,9 @@ from typing import Any
 __all__ = ["setup", "page_stamp", "read_front_matter"]
 
 _FRONT = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.S)
+# An empty plain-text output: the placeholder pt215.launch shows live output in (emptied when the run ends).
+_EMPTY_OUTPUT = re.compile(
+    r'<div class="output text_plain[^"]*"><div class="highlight"><pre><span></span>\s*</pre></div>\s*</div>\s*')
 
 
 def read_front_matter(path: Path) -> dict[str, Any]:
@@ -82,6 +85,7 @@ def _badge_html(needs: str | None, stamps: list[str]) -> str:
 def _on_page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
     if "body" not in context:
         return
+    context["body"] = _EMPTY_OUTPUT.sub("", context["body"])
     needs, stamps = page_stamp(Path(app.srcdir), pagename)
     badge = _badge_html(needs, stamps)
     if not badge:

@@ -13,6 +13,7 @@ launch started is gone afterwards, on success, failure, hang, timeout or interru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -359,18 +360,23 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m pt215.launch SCRIPT -n N [--timeout S] [-- script args]`."""
+    """`python -m pt215.launch SCRIPT -n N [--timeout S] [-- script args]`: prints each rank's report as JSON."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m pt215.launch", description=main.__doc__)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # everything after `--` goes to the script; options may stand before or after SCRIPT
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    p = argparse.ArgumentParser(prog="python -m pt215.launch", description=main.__doc__,
+                                epilog="Arguments after `--` are passed to the script.")
     p.add_argument("script")
-    p.add_argument("-n", "--nproc", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    p.add_argument("-n", "--nproc", type=int, default=2, help="number of local ranks (default 2)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before every rank is killed (default 60)")
     a = p.parse_args(argv)
-    extra = a.script_args[1:] if a.script_args[:1] == ["--"] else a.script_args
     try:
-        res = run(a.script, a.nproc, args=extra, timeout=a.timeout, show=False)
+        with contextlib.redirect_stdout(sys.stderr):  # live per-rank lines on stderr; stdout stays pure JSON
+            res = run(a.script, a.nproc, args=extra, timeout=a.timeout, show=False)
     except LaunchError as e:
         print(e, file=sys.stderr)
         return 1

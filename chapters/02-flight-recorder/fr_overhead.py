@@ -1,0 +1,51 @@
+"""What the flight recorder costs on a healthy run (chapter 2): gloo all_reduce latency on 2 ranks.
+
+    torchrun --nproc-per-node 2 fr_overhead.py                              # recorder on (default 2000 entries)
+    TORCH_FR_BUFFER_SIZE=0 torchrun --nproc-per-node 2 fr_overhead.py       # recorder off
+
+Reports the median, 10th and 90th percentile latency per size (microseconds, rank 0's clock) and how many entries
+the recorder holds at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import statistics
+import time
+
+import torch
+import torch._C._distributed_c10d as c10d
+import torch.distributed as dist
+
+from pt215.launch import report
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--iters", type=int, default=300)
+    p.add_argument("--sizes", type=int, nargs="+", default=[256, 262144], help="float32 elements")
+    a = p.parse_args()
+    dist.init_process_group("gloo")
+    out = {}
+    for n in a.sizes:
+        x = torch.ones(n)
+        for _ in range(20):
+            dist.all_reduce(x)
+        lat = []
+        for _ in range(a.iters):
+            t = time.perf_counter()
+            dist.all_reduce(x)
+            lat.append((time.perf_counter() - t) * 1e6)
+        lat.sort()
+        out[str(n)] = {"median_us": statistics.median(lat), "p10_us": lat[len(lat) // 10],
+                       "p90_us": lat[len(lat) * 9 // 10]}
+    out["entries"] = len(pickle.loads(c10d._dump_fr_trace())["entries"])
+    if dist.get_rank() == 0:
+        print(f"recorder holds {out['entries']} entries")
+    report(out)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

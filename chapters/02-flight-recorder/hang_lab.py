@@ -1,0 +1,220 @@
+"""The hang lab (chapter 2): break a small gloo job on purpose and collect a flight-recorder dump from every rank.
+
+    torchrun --nproc-per-node 3 hang_lab.py --case skip --dump-dir fr_dumps/skip
+
+Cases (3 ranks unless noted; the culprit is the last rank unless --culprit says otherwise):
+  healthy    no fault: the run ends normally (and dumps on demand at the end)
+  skip       the culprit skips the gradient all_reduce (world group) and goes on to the metrics all_reduce
+  order      the culprit issues the metrics all_reduce before the gradient all_reduce (ABBA deadlock)
+  mismatch   the culprit calls broadcast where the others call all_reduce
+  straggler  the culprit is stuck in compute and never reaches the step's collectives
+  subgroup   4 ranks in two pairs; the culprit skips its pair's all_reduce and goes on to the world all_reduce
+
+Each step is: [pair all_reduce (subgroup case only)], all_reduce(grad) on the world group, then
+all_reduce(stats) on a second group over all ranks, "metrics" (as a metrics/logging group would be).
+
+Every rank arms torch's Python watchdog (`torch.distributed._watchdog.cpu_timeout`) around the faulty step;
+when it fires, the rank writes its flight-recorder dump to `<dump-dir>/rank_<rank>` (through
+TORCH_FR_DUMP_TEMP_FILE), the stuck rank included. A rank whose collective fails first dumps at once.
+Every rank then exits 0, so the launch ends within about `--timeout + 2` seconds.
+
+Health while it hangs: every rank also serves torch's per-rank debug handlers (`_WorkerServer`) on a
+Unix socket; when rank 0's watchdog fires it asks every rank for `c10d_health_check` and `dump_traceback`
+and prints where each rank's main thread is in this script.
+
+With `--backend nccl` (>= 2 GPUs) nothing is armed unless `--py-watchdog` is given: the dumps are meant to
+come from TORCH_FR_DUMP_ON_TIMEOUT=1 and the backend's own watchdog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import linecache
+import os
+import re
+import socket
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch._C._distributed_c10d as c10d
+import torch.distributed as dist
+from torch.distributed import _watchdog
+
+from pt215.launch import report
+
+CASES = ("healthy", "skip", "order", "mismatch", "straggler", "subgroup")
+WARMUP_STEPS = 3
+N = 1024  # gradient bucket size (float32 elements)
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--case", choices=CASES, required=True)
+    p.add_argument("--dump-dir", default="fr_dumps", help="folder for the dumps (TORCH_FR_DUMP_TEMP_FILE prefix)")
+    p.add_argument("--dump-after", type=float, default=2.0, help="seconds stuck before every rank dumps")
+    p.add_argument("--timeout", type=float, default=6.0, help="collective timeout of the process groups, seconds")
+    p.add_argument("--culprit", type=int, default=-1, help="the faulty rank (default: the last rank)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--py-watchdog", action="store_true", help="with nccl: arm the Python watchdog dumps too")
+    return p.parse_args()
+
+
+def main() -> None:
+    a = parse()
+    out = Path(a.dump_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # Must be set before the first dump: the dump file is <prefix><rank>.
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(out / "rank_")
+    nccl = a.backend == "nccl"
+    if nccl:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(a.backend, timeout=timedelta(seconds=a.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    server = c10d._WorkerServer(str(out / f".w{rank}.sock"), -1)  # per-rank debug handlers on a Unix socket
+    culprit = a.culprit % world
+    metrics = dist.new_group(list(range(world)), group_desc="metrics")
+    pairs = ([dist.new_group([r, r + 1], group_desc=f"pair{r // 2}") for r in range(0, world - 1, 2)]
+             if a.case == "subgroup" else [])
+    my_pair = pairs[rank // 2] if pairs else None
+    torch.manual_seed(rank)
+    grad, stats = torch.ones(N, device=dev), torch.zeros(4, device=dev)
+
+    dumped = threading.Event()
+    lock = threading.Lock()
+    info: dict[str, float | str] = {}
+
+    def dump(reason: str) -> None:
+        with lock:
+            if dumped.is_set():
+                return
+            if rank == 0 and reason == "watchdog":
+                ask_every_rank(out, world)
+            c10d._dump_fr_trace_file(rank, includeStackTraces=False, backend="nccl" if nccl else "gloo")
+            info.update(dump_time=time.time(), dump_reason=reason)
+            dumped.set()
+
+    def healthy_step() -> None:
+        if my_pair is not None:
+            dist.all_reduce(grad, group=my_pair)  # e.g. tensor-parallel pair
+        dist.all_reduce(grad)                      # gradient sync over all ranks
+        dist.all_reduce(stats, group=metrics)      # loss/metrics
+
+    for _ in range(WARMUP_STEPS):
+        healthy_step()
+    dist.barrier()
+    print(f"warm-up done: {WARMUP_STEPS} healthy steps")
+
+    is_culprit = rank == culprit and a.case != "healthy"
+    info["hang_start"] = time.time()
+    armed = not nccl or a.py_watchdog
+    handle = _watchdog.cpu_timeout(a.dump_after, lambda: dump("watchdog")) if armed else None
+    # the straggler stays stuck until well after every rank dumped (or, unarmed, past the timeout)
+    deadline = time.monotonic() + (a.dump_after + 2.5 if armed else a.timeout + 2)
+    outcome = "completed"
+    try:
+        if a.case == "healthy":
+            healthy_step()
+        elif a.case == "skip":
+            if not is_culprit:
+                dist.all_reduce(grad)         # the culprit "has no gradients this step" ...
+            dist.all_reduce(stats, group=metrics)  # ... and goes straight on to the metrics
+        elif a.case == "order":
+            if is_culprit:
+                dist.all_reduce(stats, group=metrics)
+                dist.all_reduce(grad)
+            else:
+                dist.all_reduce(grad)
+                dist.all_reduce(stats, group=metrics)
+        elif a.case == "mismatch":
+            if is_culprit:
+                dist.broadcast(grad, src=0)   # "I am not the owner, so I receive"
+            else:
+                dist.all_reduce(grad)
+            dist.all_reduce(stats, group=metrics)
+        elif a.case == "straggler":
+            if is_culprit:
+                x = torch.randn(64, 64, device=dev)
+                while time.monotonic() < deadline: x = torch.tanh(x @ x)  # noqa: E701 (one line: one stack)
+                outcome = "killed while computing"
+            else:
+                healthy_step()
+        elif a.case == "subgroup":
+            if not is_culprit:
+                dist.all_reduce(grad, group=my_pair)
+            dist.all_reduce(grad)
+            dist.all_reduce(stats, group=metrics)
+    except RuntimeError as e:
+        kind = "timeout" if "Timed out" in str(e) else "peer gone" if "Connection" in str(e) else "error"
+        outcome = "collective failed"
+        info["error_kind"] = kind
+        dump("exception")
+    if a.case != "healthy" and armed and not dumped.is_set():
+        dumped.wait(a.dump_after + 2)  # a rank that got through waits for its watchdog dump
+    if handle is not None:
+        handle.cancel()
+    if a.case == "healthy":
+        dist.barrier()
+        dump("on demand")
+    print(f"outcome: {outcome}; dump written by: {info.get('dump_reason', 'nobody')}")
+    out_file = out / f"rank_{rank}"
+    report({"rank": rank, "outcome": outcome, "dump_reason": info.get("dump_reason"),
+            "error_kind": info.get("error_kind"),
+            "hang_start": info["hang_start"], "dump_time": info.get("dump_time"),
+            "dump_bytes": out_file.stat().st_size if out_file.exists() else 0})
+    server.shutdown()
+    if a.case == "healthy":
+        dist.destroy_process_group()
+    else:
+        # The group is broken: destroy_process_group() could block on a dead peer. Leave at once.
+        os._exit(0)
+
+
+def _post(sock: Path, handler: str, timeout: float = 5.0) -> str:
+    """POST /handler/<name> to a rank's worker server listening on a Unix socket."""
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.settimeout(timeout)
+            self.sock.connect(str(sock))
+
+    c = Conn("localhost", timeout=timeout)
+    try:
+        c.request("POST", f"/handler/{handler}")
+        return c.getresponse().read().decode(errors="replace")
+    finally:
+        c.close()
+
+
+def _where_in_script(traceback_text: str) -> str:
+    """The innermost line of this script in the main thread's stack, from `dump_traceback`'s text."""
+    me = os.path.basename(__file__)
+    for block in traceback_text.split("\n\n"):
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)
+        ours = [(f, int(n), fn) for f, n, fn in frames if os.path.basename(f) == me]
+        if ours and ours[-1][2] == "<module>":
+            f, n, fn = ours[0]
+            return f"{fn}() line {n}: {linecache.getline(f, n).split('#')[0].strip()}"
+    return "not found"
+
+
+def ask_every_rank(out: Path, world: int) -> None:
+    """Rank 0, while the job hangs: every rank's health check and where its main thread is."""
+    for r in range(world):
+        sock = out / f".w{r}.sock"
+        try:
+            health = json.loads(_post(sock, "c10d_health_check"))
+            where = _where_in_script(_post(sock, "dump_traceback"))
+            print(f"debug handlers of rank {r}: healthy={health.get('healthy')}; main thread at {where}")
+        except (OSError, ValueError) as e:
+            print(f"debug handlers of rank {r}: no answer ({type(e).__name__})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The `torch.distributed._transport` API end to end across two processes (chapter 3).
+
+    torchrun --nproc-per-node 2 api_tour.py --store tcp     # control plane: a TCPStore of its own
+    torchrun --nproc-per-node 2 api_tour.py --store pg      # control plane: the process group's store
+
+Rank 1 owns memory and does nothing with it after publishing descriptors: it only sleeps and looks.
+Rank 0 writes and reads that memory one-sided: sync, async_op=True, and asyncio (read_async/write_async,
+wait_all).
+"""
+
+import argparse
+import asyncio
+import json
+import time
+
+import torch
+import torch.distributed as dist
+
+from pt215.launch import report
+from pt215.transport import control_store, describe, fetch, pair, publish, quiet_nixl, wait_key
+
+quiet_nixl()
+from torch.distributed._transport import available_transports, wait_all  # noqa: E402
+from torch.distributed._transport.nixl import NIXLRemoteBuffer  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("--store", choices=["tcp", "pg"], default="tcp")
+a = p.parse_args()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+TIMEOUT = 20.0
+store = control_store(rank, timeout=TIMEOUT) if a.store == "tcp" else None
+ctl = store if store is not None else dist.distributed_c10d._get_default_store()
+
+if rank == 0:
+    print(f"available_transports() = {available_transports()}")
+t = pair(1 - rank, rank=rank, store=store, timeout=TIMEOUT, agent_name=f"tour-rank{rank}")
+print(f"connected through the {'TCPStore' if a.store == 'tcp' else 'process group store'}: {t.connected()}")
+out = {}
+
+if rank == 1:
+    inbox = torch.zeros(16)                                   # rank 0 writes here
+    table = 100 + torch.arange(16, dtype=torch.float32)       # rank 0 reads this
+    shards = [200 + 4 * i + torch.arange(4, dtype=torch.float32) for i in range(4)]
+    mems = {"inbox": t.register_memory(inbox), "table": t.register_memory(table)}
+    mems.update({f"shard{i}": t.register_memory(s) for i, s in enumerate(shards)})
+    for name, mem in mems.items():
+        publish(ctl, f"tour/{name}", mem)
+    print("registered and published inbox, table, shard0..3; now only sleeping and looking")
+    # No transport call from here on: this loop reads its own tensor and sleeps.
+    deadline = time.monotonic() + TIMEOUT
+    while inbox[0].item() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(f"inbox changed while this rank only slept: {inbox[0].item() != 0}")
+    wait_key(ctl, "tour/done", timeout=TIMEOUT)                # rank 0 says it has stopped touching us
+    print(f"inbox now  {inbox.tolist()}")
+    print(f"shards now {[s.tolist() for s in shards]}")
+    out = {"inbox": inbox.tolist(), "shards": [s.tolist() for s in shards]}
+    for mem in mems.values():
+        t.unregister_memory(mem)
+else:
+    src = torch.arange(16, dtype=torch.float32)
+    local = torch.zeros(16)
+    src_mem, local_mem = t.register_memory(src), t.register_memory(local)
+    inbox, table = fetch(ctl, "tour/inbox", timeout=TIMEOUT), fetch(ctl, "tour/table", timeout=TIMEOUT)
+    raw = inbox.serialize()
+    fields = json.loads(raw)["fields"]
+    print(f"descriptor: JSON (version {json.loads(raw)['version']}) with fields {sorted(fields)}")
+    print(f"  memory_type={fields['memory_type']} length={fields['length']} bytes, agent={fields['agent_name']}")
+    assert NIXLRemoteBuffer.deserialize(raw) == inbox
+
+    rc = t.write(src_mem.to_view(), inbox)                       # sync: returns when the bytes are there
+    print(f"write(whole src) -> {rc}")
+    rc = t.read(local_mem.to_mutable_view(), table)              # sync read of the peer's table
+    print(f"read(table) -> {rc}; local = {local[:4].tolist()} ...")
+
+    work = t.write(src_mem.to_view(32, 16), inbox, async_op=True)  # bytes 32..47 = src[8:12]
+    print(f"write(src bytes 32..47, async_op=True) -> {type(work).__name__}; wait() -> {work.wait()}")
+    work = t.read(local_mem.to_mutable_view(48, 16), table, async_op=True)  # into local[12:16]
+    work.wait()
+    print(f"read(into local bytes 48..63, async_op=True) done: is_completed={work.is_completed()}")
+    print(f"local = {local.tolist()}")
+
+    shard_bufs = [fetch(ctl, f"tour/shard{i}", timeout=TIMEOUT) for i in range(4)]
+    gathered = torch.zeros(16)
+    g_mem = t.register_memory(gathered)
+
+    async def gather_and_scale() -> None:
+        # Four one-sided reads in flight at once, each into its own 16-byte range of `gathered`.
+        await asyncio.gather(*(t.read_async(g_mem.to_mutable_view(16 * i, 16), shard_bufs[i])
+                               for i in range(4)))
+        gathered.mul_(-1)
+        # Back again: shards 0-1 with the write_async coroutine, shards 2-3 as Work objects + wait_all.
+        works = [t.write(g_mem.to_view(16 * i, 16), shard_bufs[i], async_op=True) for i in (2, 3)]
+        await asyncio.gather(*(t.write_async(g_mem.to_view(16 * i, 16), shard_bufs[i]) for i in (0, 1)),
+                             wait_all(works, timeout=TIMEOUT))
+
+    asyncio.run(gather_and_scale())
+    print(f"read_async x4 gathered and negated: {gathered.tolist()}")
+    print("written back: shards 0-1 with write_async, shards 2-3 with write(async_op=True) + wait_all")
+
+    t.unregister_memory(src_mem)
+    try:
+        src_mem.to_view()
+    except RuntimeError as e:
+        print(f"after unregister_memory: {describe(e)}")
+    out = {"local": local.tolist(), "gathered": gathered.tolist()}
+    ctl.set("tour/done", b"1")
+
+# Coordinate before closing: neither side may close while the other could still touch its memory.
+dist.barrier()
+t.close(timeout=TIMEOUT)
+print(f"closed: connected() = {t.connected()}")
+report(out)
+dist.destroy_process_group()

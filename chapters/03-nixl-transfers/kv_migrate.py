@@ -1,0 +1,113 @@
+"""KV-cache migration, prefill -> decode, one-sided (chapter 3).
+
+    torchrun --nproc-per-node 2 kv_migrate.py [--layers 8 --heads 8 --head-dim 64 --seq 512]
+
+Rank 0 (prefill) runs causal attention layer by layer over a seeded prompt. As soon as a layer's KV block
+exists it registers it and publishes its descriptor and a SHA-256 fingerprint in the store, then moves on
+to the next layer, and afterwards to other requests: it never calls the transport for the decode side.
+Rank 1 (decode) pulls each layer with a one-sided read into its own byte range of one flat buffer as soon
+as the descriptor appears, verifies every block bit-exactly, and computes the next token's attention
+output from the pulled cache, which must equal, bit for bit, what prefill computes from its own cache.
+"""
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+
+from pt215.launch import report
+from pt215.transport import (
+    KVConfig,
+    decode_step,
+    digest,
+    fetch,
+    make_weights,
+    pack_layer,
+    pair,
+    prefill,
+    prefill_layer,
+    publish,
+    quiet_nixl,
+    unpack_layer,
+    wait_key,
+)
+
+quiet_nixl()
+
+p = argparse.ArgumentParser()
+p.add_argument("--layers", type=int, default=8)
+p.add_argument("--heads", type=int, default=8)
+p.add_argument("--head-dim", type=int, default=64)
+p.add_argument("--seq", type=int, default=512)
+p.add_argument("--seed", type=int, default=0)
+a = p.parse_args()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+store = dist.distributed_c10d._get_default_store()
+TIMEOUT = 30.0
+torch.manual_seed(a.seed)
+cfg = KVConfig(layers=a.layers, heads=a.heads, head_dim=a.head_dim, seq=a.seq)
+w = make_weights(cfg, seed=a.seed)                # both sides serve the same model
+t = pair(1 - rank, rank=rank, timeout=TIMEOUT, agent_name=("prefill" if rank == 0 else "decode"))
+role = "prefill" if rank == 0 else "decode"
+print(f"{role}: {cfg.layers} layers x {cfg.layer_bytes // 1024} KiB KV blocks "
+      f"(shape {cfg.layer_shape}, {str(cfg.dtype).removeprefix('torch.')})")
+
+if rank == 0:
+    h, mems, blocks, spans = w["x"][: cfg.seq], [], [], []
+    # Layer by layer, as a real prefill would: publish each layer's block as soon as it exists.
+    for layer in range(cfg.layers):
+        start = time.time()
+        h, block = prefill_layer(cfg, w, h, layer)
+        blocks.append(block)
+        mems.append(t.register_memory(pack_layer(block)))
+        publish(store, f"kv/req0/layer{layer}", mems[-1])
+        store.set(f"kv/req0/digest{layer}", digest(block))
+        spans.append((start, time.time()))
+    ref = decode_step(cfg, w, blocks)               # prefill's own answer for the next token
+    store.set("kv/req0/next", ref.numpy().tobytes())
+    print(f"prefill: published {cfg.layers} layer descriptors; now serving other requests")
+    # Keep working (other requests) until decode says it has the cache. No transport call in this loop.
+    extra, busy_from = 0, time.time()
+    while not store.check(["kv/req0/pulled"]) and time.time() - busy_from < TIMEOUT:
+        prefill(cfg, make_weights(cfg, seed=a.seed + 1 + extra))
+        extra += 1
+    print("prefill: decode says it has the cache")
+    # Only now is it safe to drop the cache: decode has said it stopped reading.
+    for mem in mems:
+        t.unregister_memory(mem)
+    print("prefill: unregistered request 0's KV blocks")
+    result = {"role": role, "layer_spans": spans, "extra_requests": extra, "busy": (busy_from, time.time())}
+else:
+    flat = torch.empty(cfg.layers * cfg.layer_bytes, dtype=torch.uint8)
+    flat_mem = t.register_memory(flat)              # one registration, one byte range per layer
+    spans = []
+    for layer in range(cfg.layers):
+        remote = fetch(store, f"kv/req0/layer{layer}", timeout=TIMEOUT)   # waits until prefill published it
+        start = time.time()
+        view = flat_mem.to_mutable_view(layer * cfg.layer_bytes, cfg.layer_bytes)
+        t.read(view, remote)                                               # one-sided pull of this layer
+        spans.append((start, time.time()))
+    store.set("kv/req0/pulled", b"1")               # tell prefill it may drop its copy
+    cache = [unpack_layer(flat, cfg, layer) for layer in range(cfg.layers)]
+    same = [digest(cache[layer]) == wait_key(store, f"kv/req0/digest{layer}", timeout=TIMEOUT).decode()
+            for layer in range(cfg.layers)]
+    print(f"decode: pulled {cfg.layers} layers ({cfg.layers * cfg.layer_bytes / 2**20:g} MiB) "
+          f"with one-sided reads")
+    print(f"decode: every block bit-exact (SHA-256 matches prefill's): {all(same)}")
+    mine = decode_step(cfg, w, cache)
+    ref = torch.frombuffer(bytearray(wait_key(store, "kv/req0/next", timeout=TIMEOUT)),
+                           dtype=cfg.dtype).view(1, cfg.dim)
+    print(f"decode: next-token attention output equals prefill's, bit for bit: {torch.equal(mine, ref)}")
+    print(f"decode: output[0, :4] = {[round(x, 4) for x in mine[0, :4].tolist()]}")
+    t.unregister_memory(flat_mem)
+    result = {"role": role, "bit_exact": all(same), "same_output": torch.equal(mine, ref),
+              "layer_spans": spans, "mib": cfg.layers * cfg.layer_bytes / 2**20,
+              "out4": [round(x, 4) for x in mine[0, :4].tolist()]}
+
+dist.barrier()                                      # nobody closes while the other may still touch it
+t.close(timeout=TIMEOUT)
+report(result)
+dist.destroy_process_group()

@@ -1,0 +1,115 @@
+"""Closing-note figures for chapter 6 ("FP8 decoding on Apple Silicon"), measured in one run.
+
+    .venv/bin/python chapters/06-fp8-mps/closing_note.py            # CPU, one thread
+    .venv/bin/python chapters/06-fp8-mps/closing_note.py --device mps
+
+Prints, from one run on this machine:
+  1. FP8 (e4m3) vs bf16 accuracy per scaling on the chapter-5 dense model: mean relative error of the
+     GEMM outputs over its 29 GEMMs (real activations on held-out text) and the W8A8 model's perplexity.
+  2. grouped_mm vs a per-expert loop: time of one MoE feed-forward step (8 experts, top-2, batch 4).
+  3. FP8 scaled_mm vs bf16 matmul time at decode shapes M = 1, 2, 4 (the ratio the chapter quotes).
+Timings are medians of interleaved repetitions; on CPU they use one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from pt215 import fp8
+from pt215 import model as lm
+
+
+def interleaved(fns: dict, reps: int, device: str) -> dict[str, float]:
+    """Median ms of each function, repetitions interleaved so background load hits all of them alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for f in fns.values():
+        f()
+    for _ in range(reps):
+        for k, f in fns.items():
+            fp8._sync(device)
+            t0 = time.perf_counter()
+            f()
+            fp8._sync(device)
+            times[k].append((time.perf_counter() - t0) * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def accuracy() -> None:
+    dense = lm.load_pretrained("dense")
+    heldout = lm.load_corpus("heldout")
+    acts: dict[str, torch.Tensor] = {}
+    hooks = [m.register_forward_pre_hook(lambda mod, a, n=n: acts.__setitem__(n, a[0].reshape(-1, a[0].shape[-1])))
+             for n, m in dense.named_modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        dense(heldout[:512].view(4, 128))
+    for h in hooks:
+        h.remove()
+    tokens = heldout[: 8 * 256 + 1]
+    base = lm.perplexity(dense, tokens, seq_len=256, batch=8)
+    print(f"1. accuracy, chapter-5 dense model (e4m3; bf16-stored weights computed in fp32 = reference); "
+          f"perplexity reference {base:.4f}")
+    for sc in ("tensorwise", "rowwise"):
+        errs_w, errs_xw = [], []
+        for name, w in lm.gemm_weights(dense):
+            x = acts[name.rsplit(".", 1)[0]]
+            q = fp8.quantize(w, scaling=sc)
+            errs_w.append(fp8.rel_error(w, q.dequantize()))
+            errs_xw.append(fp8.rel_error(x @ w.t(), fp8.scaled_matmul(x, q, out_dtype=torch.float32)))
+        q_model = fp8.fp8_model(dense, scaling=sc)
+        ppl = lm.perplexity(q_model, tokens, seq_len=256, batch=8)
+        agree = lm.next_token_agreement(q_model, dense, tokens, seq_len=256, batch=8)
+        print(f"   {sc:<10} weight rel.err {statistics.mean(errs_w):.4f} | GEMM output rel.err mean "
+              f"{statistics.mean(errs_xw):.4f} max {max(errs_xw):.4f} over {len(errs_xw)} GEMMs | W8A8 perplexity "
+              f"{ppl:.4f} ({(ppl / base - 1) * 100:+.2f}%) | next-token agreement {agree:.4f}")
+
+
+def grouped_vs_loop(device: str, reps: int) -> None:
+    layer = fp8.SeededMoE(512, 1024, 8, 2, seed=0).to(device)
+    layer.to_fp8()
+    x = torch.randn(4, 512, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        t = interleaved({impl: (lambda impl=impl: layer(x, impl)) for impl in ("grouped", "loop", "fp8")},
+                        reps, device)
+    print(f"2. MoE FFN step on {device}, 8 experts top-2, batch 4, hidden 512, expert hidden 1024, median of {reps}:")
+    print(f"   bf16 grouped_mm {t['grouped']:.3f} ms | bf16 loop {t['loop']:.3f} ms "
+          f"(loop/grouped {t['loop'] / t['grouped']:.2f}x) | FP8 loop {t['fp8']:.3f} ms "
+          f"(FP8/grouped {t['fp8'] / t['grouped']:.1f}x)")
+
+
+def decode_ratio(device: str, reps: int) -> None:
+    print(f"3. decode matmul on {device}, FP8 scaled_mm (incl. activation quantization) vs bf16, median of {reps}:")
+    for k in (1024, 4096):
+        w16 = (torch.randn(k, k, generator=torch.Generator().manual_seed(2)) / 32).to(torch.bfloat16)
+        qs = {sc: fp8.quantize(w16.float(), scaling=sc) for sc in ("tensorwise", "rowwise")}
+        w16 = w16.to(device)
+        qs = {sc: fp8.FP8Tensor(q.data.to(device), q.scale.to(device), sc) for sc, q in qs.items()}
+        for m in (1, 2, 4):
+            x = torch.randn(m, k).to(torch.bfloat16).to(device)
+            t = interleaved({"bf16": lambda x=x, w=w16: x @ w.t(),
+                             "tensorwise": lambda x=x, q=qs["tensorwise"]: fp8.scaled_matmul(x, q),
+                             "rowwise": lambda x=x, q=qs["rowwise"]: fp8.scaled_matmul(x, q)}, reps, device)
+            print(f"   K=N={k:<5} M={m}  bf16 {t['bf16']:8.3f} ms | FP8 tensorwise {t['tensorwise']:8.3f} ms "
+                  f"({t['tensorwise'] / t['bf16']:5.1f}x) | FP8 rowwise {t['rowwise']:8.3f} ms "
+                  f"({t['rowwise'] / t['bf16']:5.1f}x)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    p.add_argument("--reps", type=int, default=11)
+    a = p.parse_args()
+    if a.device == "cpu":
+        torch.set_num_threads(1)
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, device {a.device}" + (", 1 thread" if a.device == "cpu" else ""))
+    accuracy()
+    grouped_vs_loop(a.device, a.reps)
+    decode_ratio(a.device, a.reps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""NVFP4 from first principles: a vectorized torch reference quantizer (chapter 5).
+
+NVFP4 stores each element as a 4-bit E2M1 float (two per byte, element ``2i`` in the low nibble), one
+``float8_e4m3fn`` scale per 16 consecutive elements along the last dimension, and one float32 scale for the
+whole tensor. A value is ``e2m1 * float(e4m3_scale) * per_tensor_scale``.
+
+:func:`quantize` is bit-exact with ``torchao.prototype.mx_formats.NVFP4Tensor.to_nvfp4(x,
+per_tensor_scale=g)`` (same ``qdata``, ``scale`` and ``per_tensor_scale``; tested in tests/test_nvfp4.py).
+:func:`to_blocked` / :func:`from_blocked` implement the ``SWIZZLE_32_4_4`` scale layout (128x4 tiles) that
+cuBLAS / NVGEMM expect for ``torch.nn.functional.scaled_mm`` with ``ScalingType.BlockWise1x16``.
+:func:`fp8_roundtrip` is the FP8 (e4m3, tensorwise or rowwise) comparison used in the error analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "BLOCK",
+    "E2M1_GRID",
+    "E2M1_MAX",
+    "E4M3_MAX",
+    "E4M3_TINY",
+    "NVFP4Tensor",
+    "quantize",
+    "per_tensor_scale",
+    "e2m1_encode",
+    "e2m1_decode",
+    "pack",
+    "unpack",
+    "to_blocked",
+    "from_blocked",
+    "bits_per_element",
+    "fp8_roundtrip",
+]
+
+BLOCK = 16
+E2M1_MAX = 6.0
+E4M3_MAX = 448.0
+E4M3_TINY = 2.0 ** -6  # smallest normal e4m3 value; block scales are clamped to [E4M3_TINY, E4M3_MAX]
+E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+"""Magnitudes of the 8 non-negative E2M1 codes 0..7; codes 8..15 are the same with the sign bit set."""
+
+# Round-to-nearest-even thresholds between neighbouring grid points. At an exact midpoint the tie goes to
+# the even code (0, 2, 4, 6 = 0.0, 1.0, 2.0, 4.0): ties at 0.25, 1.25, 2.5, 5 round down; 0.75, 1.75, 3.5 up.
+_DOWN = (0.25, 1.25, 2.5, 5.0)
+_UP = (0.75, 1.75, 3.5)
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
+    """4-bit E2M1 codes (uint8, one per element) of float32 ``x``, rounding to nearest even.
+
+    Magnitudes above 6 saturate to code 7 (6.0). The sign bit (bit 3) follows ``signbit(x)``, so ``-0.0`` and
+    small negatives that round to zero give code 8 (negative zero), as torchao does. NaN maps to code 7 with its
+    sign bit (torchao: also saturates), but :func:`quantize` rejects NaN before it gets here.
+    """
+    a = x.abs()
+    code = torch.zeros(x.shape, dtype=torch.uint8, device=x.device)
+    for t in _DOWN:
+        code += a > t
+    for t in _UP:
+        code += a >= t
+    code = torch.where(torch.isnan(a), torch.full_like(code, 7), code)
+    return code | (torch.signbit(x).to(torch.uint8) << 3)
+
+
+def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    """float32 values of 4-bit codes (uint8 0..15)."""
+    grid = E2M1_GRID.to(codes.device)
+    mag = grid[(codes & 7).long()]
+    return torch.where((codes & 8).bool(), -mag, mag)
+
+
+def pack(codes: torch.Tensor) -> torch.Tensor:
+    """Two 4-bit codes per byte along the last dim: element ``2i`` in the low nibble, ``2i+1`` in the high."""
+    if codes.shape[-1] % 2:
+        raise ValueError(f"pack needs an even last dimension, got {codes.shape[-1]}")
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pack`: (..., K/2) uint8 -> (..., K) codes."""
+    lo, hi = packed & 0x0F, packed >> 4
+    return torch.stack([lo, hi], dim=-1).flatten(-2)
+
+
+def per_tensor_scale(x: torch.Tensor) -> torch.Tensor:
+    """The global scale ``amax(|x|) / (448 * 6)`` (float32, 0-dim): the largest block then uses the top of
+    both the e4m3 scale range and the e2m1 element range. Same formula as torchao's ``per_tensor_amax_to_scale``.
+    """
+    return x.abs().amax().float() / (E4M3_MAX * E2M1_MAX)
+
+
+@dataclass
+class NVFP4Tensor:
+    """An NVFP4-quantized tensor of logical shape ``shape`` (last dim K, a multiple of 16).
+
+    - ``qdata``: uint8 ``(*shape[:-1], K/2)``, two E2M1 codes per byte, low nibble first.
+    - ``scale``: float8_e4m3fn ``(*shape[:-1], K/16)``, row-major (not swizzled; see :func:`to_blocked`).
+    - ``per_tensor_scale``: float32 0-dim.
+    """
+
+    qdata: torch.Tensor
+    scale: torch.Tensor
+    per_tensor_scale: torch.Tensor
+    orig_dtype: torch.dtype = torch.float32
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((*self.qdata.shape[:-1], self.qdata.shape[-1] * 2))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes stored: packed data + e4m3 scales + the fp32 per-tensor scale."""
+        return self.qdata.numel() + self.scale.numel() + 4
+
+    def codes(self) -> torch.Tensor:
+        """Unpacked 4-bit codes, shape ``self.shape``."""
+        return unpack(self.qdata)
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``e2m1 * (per_tensor_scale * float(scale))`` in float32, then cast to ``dtype`` (default: the input's).
+
+        Same operation order as torchao (``data_f32 * (g * s)``), so results are bit-identical too.
+        """
+        vals = e2m1_decode(self.codes())
+        k = vals.shape[-1]
+        s = self.per_tensor_scale * self.scale.float()
+        out = (vals.view(*vals.shape[:-1], k // BLOCK, BLOCK) * s[..., None]).view(vals.shape)
+        return out.to(dtype or self.orig_dtype)
+
+
+def _check(x: torch.Tensor, name: str = "x") -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32, bfloat16 or float16 to quantize to NVFP4, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] % BLOCK:
+        raise ValueError(f"{name}.shape[-1] must be a multiple of {BLOCK} (one e4m3 scale per {BLOCK} elements), "
+                         f"got shape {tuple(x.shape)}; pad the last dimension first")
+
+
+def quantize(x: torch.Tensor, per_tensor_scale: torch.Tensor | float | None = None, *,
+             check_finite: bool = True) -> NVFP4Tensor:
+    """Quantize ``x`` (float32/bf16/fp16, last dim a multiple of 16) to NVFP4 with two-level scaling.
+
+    Algorithm (torchao's ``nvfp4_quantize``, step by step, all float32):
+
+    1. ``g = per_tensor_scale`` or, if None, ``amax(|x|) / (448*6)``; a tensor that is all zeros gets ``g = 1``.
+    2. per block of 16: ``s = e4m3(clamp(amax_block / 6 / g, 2**-6, 448))`` (round to nearest even).
+    3. ``y = clamp(x * ((1/g) / float(s)), -6, 6)``, rounded to the nearest E2M1 value (ties to even).
+
+    Edge cases: an all-zero block gets ``s = 2**-6`` and codes 0, and dequantizes to exact zeros. Values beyond
+    what ``g`` allows (only possible when ``per_tensor_scale`` is passed in) saturate at ``+-6 * 448 * g``.
+    NaN/inf raise ``ValueError`` when ``check_finite`` (the default); with ``check_finite=False`` they poison
+    ``g`` and the result is meaningless (torchao does not check either).
+    """
+    _check(x)
+    xf = x.float().contiguous()
+    if check_finite and not torch.isfinite(xf).all():
+        raise ValueError("x contains NaN or inf; NVFP4 has no encoding for them (pass check_finite=False to skip)")
+    if per_tensor_scale is None:
+        g = xf.abs().amax() / (E4M3_MAX * E2M1_MAX)
+        if g == 0:
+            g = torch.ones((), dtype=torch.float32)
+    else:
+        g = torch.as_tensor(per_tensor_scale, dtype=torch.float32)
+        if g.numel() != 1 or not (g > 0):
+            raise ValueError(f"per_tensor_scale must be one positive number, got {g}")
+        g = g.reshape(())
+    blocks = xf.view(*xf.shape[:-1], xf.shape[-1] // BLOCK, BLOCK)
+    block_scale = blocks.abs().amax(dim=-1) / E2M1_MAX
+    s8 = torch.clamp(block_scale / g, min=E4M3_TINY, max=E4M3_MAX).to(torch.float8_e4m3fn)
+    recip = (1.0 / g) / s8.float()
+    y = torch.clamp(blocks * recip[..., None], -E2M1_MAX, E2M1_MAX).view(xf.shape)
+    return NVFP4Tensor(pack(e2m1_encode(y)), s8, g.clone(), x.dtype)
+
+
+# --------------------------------------------------------------------------------------------- scale swizzle
+def to_blocked(scales: torch.Tensor) -> torch.Tensor:
+    """Rearrange a ``(rows, cols)`` scale matrix into the ``SWIZZLE_32_4_4`` layout, flattened (1-D).
+
+    Pads to ``(128*ceil(rows/128), 4*ceil(cols/4))`` with zeros, cuts it into 128x4 tiles (row-block-major,
+    then column blocks), and stores each tile as 32x16: tile row ``r`` goes to ``(r % 32, 4*(r // 32) + c)``.
+    Equals ``torch._higher_order_ops.flex_gemm.to_blocked`` and torchao's ``to_blocked``.
+    """
+    if scales.dim() != 2:
+        raise ValueError(f"scales must be 2-D (rows, K/16), got shape {tuple(scales.shape)}")
+    rows, cols = scales.shape
+    rb, cb = -(-rows // 128), -(-cols // 4)
+    padded = scales
+    if (rows, cols) != (rb * 128, cb * 4):
+        padded = torch.zeros((rb * 128, cb * 4), dtype=scales.dtype, device=scales.device)
+        padded[:rows, :cols] = scales
+    tiles = padded.view(rb, 128, cb, 4).permute(0, 2, 1, 3)
+    return tiles.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1)
+
+
+def from_blocked(blocked: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Inverse of :func:`to_blocked`: the ``(rows, cols)`` scales (padding dropped)."""
+    rb, cb = -(-rows // 128), -(-cols // 4)
+    if blocked.numel() != rb * cb * 512:
+        raise ValueError(f"expected {rb * cb * 512} blocked scales for ({rows}, {cols}), got {blocked.numel()}")
+    tiles = blocked.reshape(rb * cb, 32, 4, 4).transpose(1, 2).reshape(rb, cb, 128, 4)
+    return tiles.permute(0, 2, 1, 3).reshape(rb * 128, cb * 4)[:rows, :cols]
+
+
+def bits_per_element(shape: tuple[int, ...]) -> float:
+    """Storage bits per element of an NVFP4 tensor: 4 (data) + 8/16 (e4m3 scale) + 32/numel (global scale)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return (n * 4 + (n // BLOCK) * 8 + 32) / n
+
+
+def fp8_roundtrip(w: torch.Tensor, granularity: str = "tensorwise") -> torch.Tensor:
+    """Quantize-dequantize ``w`` through float8_e4m3fn with an fp32 scale per tensor or per row (float32 out).
+
+    ``scale = amax / 448`` over the tensor (``"tensorwise"``) or over each row of the last dim (``"rowwise"``);
+    zero rows get scale 1. This is the weight side of ``scaled_mm`` with ``ScalingType.TensorWise``/``RowWise``.
+    """
+    wf = w.float()
+    if granularity == "tensorwise":
+        amax = wf.abs().amax()
+    elif granularity == "rowwise":
+        amax = wf.abs().amax(dim=-1, keepdim=True)
+    else:
+        raise ValueError(f"granularity must be 'tensorwise' or 'rowwise', got {granularity!r}")
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    return (wf / scale).to(torch.float8_e4m3fn).float() * scale

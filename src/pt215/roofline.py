@@ -1,0 +1,205 @@
+"""The decode roofline: bytes and FLOPs per decode step, and the measurements to compare them with (chapters 5, 6).
+
+One decode step of a batch of ``B`` sequences at context length ``S`` must read every weight once and each
+sequence's KV cache once::
+
+    bytes(B, S) = W_fmt + B * S * kv_bytes_per_token            flops(B, S) ~ 2 * P * B + 4 * B * S * L * H * Dh
+    tokens/s   <= B / max(bytes / BW, flops / PEAK)
+
+``W_fmt`` depends on the weight format (:data:`FORMATS`: bytes per element and scale overhead). Decode is
+*weight-bound* while ``W_fmt`` dominates ``bytes`` and ``bytes / BW`` dominates ``flops / PEAK``.
+:func:`measure_memory_bandwidth`, :func:`measure_matmul_flops` and :func:`measure_decode` give the measured
+numbers to put next to the formulas -- always measure them in the same run (rule 5 of the book).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from pt215.model import DecoderLM, KVCache, ModelConfig
+
+__all__ = [
+    "FORMATS",
+    "WeightFormat",
+    "gemm_param_shapes",
+    "weight_bytes",
+    "kv_bytes_per_token",
+    "decode_step_bytes",
+    "decode_step_flops",
+    "predicted_tokens_per_s",
+    "measure_memory_bandwidth",
+    "measure_matmul_flops",
+    "measure_decode",
+    "expected_active_experts",
+]
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """Storage cost of one weight format: ``bytes_per_elem`` plus per-block, per-row and per-tensor scales."""
+
+    name: str
+    bytes_per_elem: float
+    block: int = 0  # elements per block scale (0 = none)
+    block_scale_bytes: int = 0
+    row_scale_bytes: int = 0
+    tensor_scale_bytes: int = 0
+
+    def nbytes(self, rows: int, cols: int) -> float:
+        n = rows * cols
+        b = n * self.bytes_per_elem + rows * self.row_scale_bytes + self.tensor_scale_bytes
+        if self.block:
+            b += (n // self.block) * self.block_scale_bytes
+        return b
+
+
+FORMATS: dict[str, WeightFormat] = {
+    "fp32": WeightFormat("fp32", 4.0),
+    "bf16": WeightFormat("bf16", 2.0),
+    "fp8-tensorwise": WeightFormat("fp8-tensorwise", 1.0, tensor_scale_bytes=4),
+    "fp8-rowwise": WeightFormat("fp8-rowwise", 1.0, row_scale_bytes=4),
+    "nvfp4": WeightFormat("nvfp4", 0.5, block=16, block_scale_bytes=1, tensor_scale_bytes=4),
+}
+
+
+def _fmt(fmt: str | WeightFormat) -> WeightFormat:
+    if isinstance(fmt, WeightFormat):
+        return fmt
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {sorted(FORMATS)}, got {fmt!r}")
+    return FORMATS[fmt]
+
+
+def gemm_param_shapes(cfg: ModelConfig) -> list[tuple[str, int, int, int]]:
+    """``(name, count, rows, cols)`` of the weights one decode step multiplies with (per layer x n_layers).
+
+    For an MoE config the expert weights are listed once per expert (``count = n_layers * moe_experts``).
+    """
+    d, hd, L = cfg.d_model, cfg.head_dim, cfg.n_layers
+    out = [("wq", L, cfg.n_heads * hd, d), ("wk", L, cfg.n_kv_heads * hd, d), ("wv", L, cfg.n_kv_heads * hd, d),
+           ("wo", L, d, cfg.n_heads * hd)]
+    if cfg.is_moe:
+        f, e = cfg.moe_ffn_hidden, cfg.moe_experts
+        out += [("expert.w1", L * e, f, d), ("expert.w3", L * e, f, d), ("expert.w2", L * e, d, f)]
+    else:
+        f = cfg.ffn_hidden
+        out += [("w1", L, f, d), ("w3", L, f, d), ("w2", L, d, f)]
+    out.append(("lm_head", 1, cfg.vocab_size, d))
+    return out
+
+
+def expected_active_experts(cfg: ModelConfig, batch: int) -> float:
+    """Expected distinct experts per layer hit by ``batch`` tokens with uniform top-k routing:
+    ``E * (1 - (1 - k/E) ** batch)`` (E when the batch is large, k when it is 1)."""
+    if not cfg.is_moe:
+        return 0.0
+    e, k = cfg.moe_experts, cfg.moe_top_k
+    return e * (1 - (1 - k / e) ** batch)
+
+
+def weight_bytes(cfg: ModelConfig, fmt: str | WeightFormat = "bf16", *, batch: int = 1,
+                 other_bytes_per_elem: int = 2) -> float:
+    """Bytes of weights one decode step reads: GEMM weights in ``fmt`` (only the experts the batch activates,
+    see :func:`expected_active_experts`), plus RMSNorm weights, the router and ``batch`` embedding rows in
+    ``other_bytes_per_elem`` (bf16 by default)."""
+    f = _fmt(fmt)
+    total = 0.0
+    for name, count, rows, cols in gemm_param_shapes(cfg):
+        if name.startswith("expert."):
+            count = cfg.n_layers * expected_active_experts(cfg, batch)
+        total += count * f.nbytes(rows, cols)
+    other = (2 * cfg.n_layers + 1) * cfg.d_model + batch * cfg.d_model
+    if cfg.is_moe:
+        other += cfg.n_layers * cfg.moe_experts * cfg.d_model
+    return total + other * other_bytes_per_elem
+
+
+def kv_bytes_per_token(cfg: ModelConfig, kv_bytes_per_elem: float = 2) -> float:
+    """KV-cache bytes per token of context per sequence: ``2 * L * H_kv * Dh * bytes``."""
+    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * kv_bytes_per_elem
+
+
+def decode_step_bytes(cfg: ModelConfig, fmt: str | WeightFormat = "bf16", *, batch: int = 1, context: int = 0,
+                      kv_bytes_per_elem: float = 2) -> float:
+    """Bytes one decode step moves: weights once + every sequence's KV cache (``batch * context`` tokens)."""
+    return weight_bytes(cfg, fmt, batch=batch) + batch * context * kv_bytes_per_token(cfg, kv_bytes_per_elem)
+
+
+def decode_step_flops(cfg: ModelConfig, *, batch: int = 1, context: int = 0) -> float:
+    """FLOPs of one decode step: ``2 * active GEMM params * batch`` + attention ``4 * batch * context * L * H * Dh``."""
+    p = 0.0
+    for name, count, rows, cols in gemm_param_shapes(cfg):
+        if name.startswith("expert."):
+            count = cfg.n_layers * cfg.moe_top_k  # each token uses k experts
+        p += count * rows * cols
+    return 2 * p * batch + 4 * batch * context * cfg.n_layers * cfg.n_heads * cfg.head_dim
+
+
+def predicted_tokens_per_s(step_bytes: float, step_flops: float, batch: int, bandwidth: float,
+                           peak_flops: float = math.inf) -> float:
+    """Roofline ceiling on tokens/s: ``batch / max(bytes / bandwidth, flops / peak_flops)`` (bytes/s, FLOP/s)."""
+    return batch / max(step_bytes / bandwidth, step_flops / peak_flops)
+
+
+def _median_time(fn, repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def measure_memory_bandwidth(nbytes: int = 256 * 2**20, *, mode: str = "copy", repeats: int = 7) -> float:
+    """Measured memory bandwidth in bytes/s on CPU, median of ``repeats``.
+
+    ``"copy"``: ``dst.copy_(src)`` of ``nbytes``, counted as ``2 * nbytes`` moved (read + write), the usual
+    memcpy convention. ``"read"``: ``src.sum()`` over float32, counted as ``nbytes`` read -- closest to what
+    decode does with weights. Use a buffer well above the last-level cache (default 256 MiB).
+    """
+    if mode not in ("copy", "read"):
+        raise ValueError(f"mode must be 'copy' or 'read', got {mode!r}")
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    if mode == "copy":
+        dst = torch.empty_like(src)
+        return 2 * nbytes / _median_time(lambda: dst.copy_(src), repeats)
+    return nbytes / _median_time(lambda: src.sum(), repeats)
+
+
+def measure_matmul_flops(n: int = 1024, *, dtype: torch.dtype = torch.bfloat16, repeats: int = 5) -> float:
+    """Measured dense GEMM throughput (FLOP/s) for an ``n x n x n`` matmul in ``dtype``."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    return 2 * n**3 / _median_time(lambda: a @ b, repeats)
+
+
+@torch.no_grad()
+def measure_decode(model: DecoderLM, *, batch: int = 1, context: int = 64, steps: int = 16,
+                   cache_dtype: torch.dtype | None = None, seed: int = 0) -> dict:
+    """Time ``steps`` single-token decode steps after prefilling ``context`` random tokens.
+
+    Returns ``{"tokens_per_s", "step_s", "batch", "context"}`` where ``tokens_per_s = batch / median step time``.
+    The model computes in its own dtype (cast it to bf16 for the bf16 figure).
+    """
+    cfg = model.cfg
+    dtype = cache_dtype or next(model.parameters()).dtype
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, cfg.vocab_size, (batch, context), generator=g)
+    cache = KVCache(cfg, batch, context + steps + 3, dtype=dtype)
+    logits = model(prompt, cache=cache)
+    nxt = logits[:, -1:].argmax(-1)
+    times = []
+    for i in range(steps + 2):
+        t0 = time.perf_counter()
+        nxt = model(nxt, cache=cache)[:, -1:].argmax(-1)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    step = statistics.median(times)
+    return {"tokens_per_s": batch / step, "step_s": step, "batch": batch, "context": context}

@@ -1,0 +1,328 @@
+"""Tests for pt215.fp8 (chapter 6). Small shapes: the CPU FP8 matmul is a slow reference path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pt215 import fp8
+from pt215.fp8 import FP8Tensor, quantize
+
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# ------------------------------------------------------------------------------------------ formats
+
+
+@pytest.mark.parametrize("dtype,count,top", [(E4, 127, 448.0), (E5, 124, 57344.0)])
+def test_fp8_grid(dtype, count, top):
+    g = fp8.fp8_grid(dtype)
+    assert g.numel() == count
+    assert g[0].item() == 0.0 and g[-1].item() == top == torch.finfo(dtype).max
+    assert bool((g[1:] > g[:-1]).all())
+    assert g[1].item() == (2.0**-9 if dtype == E4 else 2.0**-16)  # smallest subnormal
+
+
+@pytest.mark.parametrize("dtype", [E4, E5])
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+def test_quantize_roundtrip(dtype, scaling):
+    x = torch.randn(32, 64) * 3
+    q = quantize(x, dtype=dtype, scaling=scaling)
+    assert q.data.dtype == dtype and q.scale.dtype == torch.float32
+    assert q.scale.shape == (() if scaling == "tensorwise" else (32, 1))
+    # amax maps to fmax exactly
+    assert q.dequantize().abs().max().item() == pytest.approx(x.abs().max().item(), rel=1e-6)
+    bound = 0.04 if dtype == E4 else 0.08
+    assert fp8.rel_error(x, q.dequantize()) < bound
+    assert q.nbytes == 32 * 64 + q.scale.numel() * 4
+
+
+def test_rowwise_beats_tensorwise_on_outlier_rows():
+    x = torch.randn(16, 64)
+    x[0] *= 1e5  # a row 1e5x louder pushes the others into e4m3 subnormals under one scale
+    tw = fp8.rel_error(x[1:], quantize(x).dequantize()[1:])
+    rw = fp8.rel_error(x[1:], quantize(x, scaling="rowwise").dequantize()[1:])
+    assert rw < tw / 5
+
+
+def test_quantize_zero_rows_get_scale_one():
+    x = torch.zeros(3, 16)
+    x[1] = 1.0
+    q = quantize(x, scaling="rowwise")
+    assert q.scale[0].item() == 1.0 and q.scale[2].item() == 1.0
+    assert torch.equal(q.dequantize(), x)
+
+
+@pytest.mark.parametrize(
+    "kwargs,x,err,match",
+    [
+        ({"dtype": torch.bfloat16}, torch.randn(2, 16), ValueError, "dtype must be torch.float8"),
+        ({"scaling": "blockwise"}, torch.randn(2, 16), ValueError, "scaling must be 'tensorwise' or 'rowwise'"),
+        ({"scaling": "rowwise"}, torch.randn(16), ValueError, "rowwise scaling needs a 2-D"),
+        ({}, torch.arange(4), ValueError, "x must be a float32/bfloat16/float16"),
+        ({}, torch.tensor([1.0, float("inf")]), ValueError, "inf or nan"),
+        ({}, [1.0, 2.0], TypeError, "x must be a torch.Tensor"),
+    ],
+)
+def test_quantize_errors(kwargs, x, err, match):
+    with pytest.raises(err, match=match):
+        quantize(x, **kwargs)
+
+
+def test_rel_error_errors():
+    with pytest.raises(ValueError, match="same shape"):
+        fp8.rel_error(torch.ones(2), torch.ones(3))
+    with pytest.raises(ValueError, match="all zeros"):
+        fp8.rel_error(torch.zeros(2), torch.ones(2))
+
+
+# ----------------------------------------------------------------------------------------- scaled_mm
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("m", [1, 4])
+def test_scaled_matmul_matches_dequantized_reference(scaling, m):
+    w = quantize(torch.randn(32, 64), scaling=scaling)
+    x = torch.randn(m, 64)
+    y = fp8.scaled_matmul(x, w, out_dtype=torch.float32)
+    xq = quantize(x, scaling=scaling)
+    ref = xq.dequantize() @ w.dequantize().t()
+    assert y.shape == (m, 32) and y.dtype == torch.float32
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+    assert fp8.rel_error(x @ w.dequantize().t(), y) < 0.06
+
+
+def test_scaled_matmul_is_the_v2_call():
+    w = quantize(torch.randn(32, 64), scaling="rowwise")
+    x = torch.randn(2, 64)
+    xq = quantize(x, scaling="rowwise")
+    direct = F.scaled_mm(xq.data, w.data.t(), xq.scale, F.ScalingType.RowWise, w.scale.reshape(1, -1),
+                         F.ScalingType.RowWise, output_dtype=torch.bfloat16)
+    assert torch.equal(fp8.scaled_matmul(x, w), direct)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16, E4])
+def test_scaled_matmul_out_dtypes(out_dtype):
+    w = quantize(torch.randn(16, 32))
+    assert fp8.scaled_matmul(torch.randn(2, 32), w, out_dtype=out_dtype).dtype == out_dtype
+
+
+@pytest.mark.parametrize(
+    "x,w,kwargs,err,match",
+    [
+        (torch.randn(2, 32), torch.randn(16, 32), {}, TypeError, "w must be an FP8Tensor"),
+        (torch.randn(32), None, {}, ValueError, "x must be \\(M, K\\)"),
+        (torch.randn(2, 16), None, {}, ValueError, "x has K=16 but w has K=32"),
+        (torch.randn(2, 32), None, {"out_dtype": torch.int8}, ValueError, "out_dtype must be one of"),
+    ],
+)
+def test_scaled_matmul_errors(x, w, kwargs, err, match):
+    w = quantize(torch.randn(16, 32)) if w is None else w
+    with pytest.raises(err, match=match):
+        fp8.scaled_matmul(x, w, **kwargs)
+
+
+def test_scaled_mm_path():
+    assert fp8.scaled_mm_path("cpu") == "scaled_mm"
+    assert fp8.scaled_mm_path("mps") == "scaled_mm"
+    with pytest.raises(ValueError, match="device must be cpu, cuda or mps"):
+        fp8.scaled_mm_path("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="cuda.is_available"):
+            fp8.scaled_mm_path("cuda")
+
+
+def test_cuda_layout_problems():
+    a = torch.empty(4, 64, dtype=E4)
+    w = torch.empty(32, 64, dtype=E4)
+    assert fp8.cuda_layout_problems(a, w.t()) == []
+    probs = fp8.cuda_layout_problems(a, w.t().contiguous())
+    assert len(probs) == 1 and "column-major" in probs[0]
+    probs = fp8.cuda_layout_problems(torch.empty(4, 20, dtype=E4), torch.empty(32, 20, dtype=E4).t())
+    assert any("divisible by 16, got 20" in p for p in probs)
+
+
+def test_cuda_layout_rules_agree_with_fake_cuda_scaled_mm():
+    """The rules above are the ones torch._scaled_mm's CUDA meta check enforces (FakeTensor, device cuda)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        s = torch.tensor(1.0, device="cuda")
+        a = torch.empty(4, 64, dtype=E4, device="cuda")
+        w = torch.empty(32, 64, dtype=E4, device="cuda")
+        assert torch._scaled_mm(a, w.t(), s, s, out_dtype=torch.bfloat16).shape == (4, 32)
+        with pytest.raises(RuntimeError, match="mat2 must be col_major"):
+            torch._scaled_mm(a, w.t().contiguous(), s, s, out_dtype=torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------------------------- MoE
+
+
+def test_group_by_expert():
+    ids = torch.tensor([2, 0, 2, 3, 0])
+    order, offs = fp8.group_by_expert(ids, 5)
+    assert order.tolist() == [1, 4, 0, 2, 3]
+    assert offs.dtype == torch.int32 and offs.tolist() == [2, 2, 4, 5, 5]
+
+
+@pytest.mark.parametrize(
+    "ids,n,match",
+    [
+        (torch.tensor([0, 5]), 4, "must lie in \\[0, 4\\)"),
+        (torch.tensor([0.0]), 4, "1-D integer tensor"),
+        (torch.tensor([0]), 0, "positive int"),
+    ],
+)
+def test_group_by_expert_errors(ids, n, match):
+    with pytest.raises(ValueError, match=match):
+        fp8.group_by_expert(ids, n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_grouped_matches_loop(dtype):
+    x = torch.randn(10, 32).to(dtype)
+    w = torch.randn(4, 16, 32).to(dtype)
+    offs = torch.tensor([3, 3, 7, 10], dtype=torch.int32)  # expert 1 empty
+    torch.testing.assert_close(fp8.moe_grouped(x, w, offs), fp8.moe_loop(x, w, offs))
+
+
+def test_fp8_loop_close_to_bf16():
+    x = torch.randn(10, 32)
+    w = torch.randn(4, 16, 32)
+    offs = torch.tensor([3, 3, 7, 10], dtype=torch.int32)
+    ref = fp8.moe_loop(x, w, offs)
+    got = fp8.moe_loop_fp8(x, fp8.quantize_experts(w), offs, out_dtype=torch.float32)
+    assert fp8.rel_error(ref, got) < 0.06
+
+
+@pytest.mark.parametrize(
+    "x,w,offs,match",
+    [
+        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([2, 4]), "offs must be int32"),
+        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([4], dtype=torch.int32), "one entry per expert"),
+        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([3, 2], dtype=torch.int32), "non-decreasing"),
+        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([2, 6], dtype=torch.int32), "must equal the 4 rows"),
+        (torch.randn(4, 8), torch.randn(2, 3, 8).bfloat16(), torch.tensor([2, 4], dtype=torch.int32),
+         "same dtype"),
+        (torch.randn(4, 8).to(E4), torch.randn(2, 3, 8).to(E4), torch.tensor([2, 4], dtype=torch.int32),
+         "FP8 experts: use moe_loop_fp8"),
+        (torch.randn(4, 8), torch.randn(3, 8), torch.tensor([2, 4], dtype=torch.int32), "\\(E, N, K\\)"),
+        (torch.randn(4, 6), torch.randn(2, 3, 8), torch.tensor([2, 4], dtype=torch.int32), "K=6"),
+    ],
+)
+def test_moe_grouped_errors(x, w, offs, match):
+    with pytest.raises(ValueError, match=match):
+        fp8.moe_grouped(x, w, offs)
+
+
+def test_moe_grouped_without_validation_still_checks_offs_dtype():
+    x, w = torch.randn(4, 8), torch.randn(2, 3, 8)
+    torch.testing.assert_close(fp8.moe_grouped(x, w, torch.tensor([2, 4], dtype=torch.int32), validate=False),
+                               fp8.moe_loop(x, w, torch.tensor([2, 4], dtype=torch.int32)))
+    with pytest.raises(ValueError, match="offs must be int32"):
+        fp8.moe_grouped(x, w, torch.tensor([2, 4]), validate=False)
+
+
+def test_moe_loop_fp8_needs_list():
+    with pytest.raises(TypeError, match="list of FP8Tensor"):
+        fp8.moe_loop_fp8(torch.randn(2, 16), quantize(torch.randn(4, 16)), torch.tensor([2], dtype=torch.int32))
+
+
+def test_seeded_moe():
+    moe = fp8.SeededMoE(hidden=32, inter=64, num_experts=4, top_k=2, seed=1)
+    again = fp8.SeededMoE(hidden=32, inter=64, num_experts=4, top_k=2, seed=1)
+    assert torch.equal(moe.w_up, again.w_up)
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    a, b = moe(x, "grouped"), moe(x, "loop")
+    assert a.shape == x.shape and a.dtype == torch.bfloat16
+    torch.testing.assert_close(a, b)
+    with pytest.raises(RuntimeError, match="to_fp8"):
+        moe(x, "fp8")
+    moe.to_fp8()
+    assert fp8.rel_error(a.float(), moe(x, "fp8").float()) < 0.1
+    with pytest.raises(ValueError, match="impl must be"):
+        moe(x, "fast")
+    with pytest.raises(ValueError, match="top_k must be"):
+        fp8.SeededMoE(num_experts=2, top_k=3)
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+
+def test_gemv_bytes():
+    assert fp8.gemv_bytes(1, 16, 32, "bf16") == 2 * 32 * 16 + 2 * 16 + 2 * 32
+    assert fp8.gemv_bytes(1, 16, 32, "fp8_tensorwise") == 32 * 16 + 16 + 2 * 32 + 8
+    assert fp8.gemv_bytes(2, 16, 32, "fp8_rowwise") == 32 * 16 + 32 + 2 * 64 + 4 * 34
+    with pytest.raises(ValueError, match="kind must be"):
+        fp8.gemv_bytes(1, 16, 32, "fp4")
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        fp8.gemv_bytes(1, 0, 32, "bf16")
+
+
+def test_median_ms():
+    assert fp8.median_ms(lambda: None, reps=3) >= 0.0
+    with pytest.raises(ValueError, match="reps must be >= 1"):
+        fp8.median_ms(lambda: None, reps=0)
+
+
+def test_copy_bandwidth():
+    assert fp8.copy_bandwidth(2**20, reps=2) > 0
+    with pytest.raises(ValueError, match="nbytes must be a positive int"):
+        fp8.copy_bandwidth(0)
+
+
+def test_fp8tensor_is_frozen():
+    q = quantize(torch.randn(2, 16))
+    assert isinstance(q, FP8Tensor)
+    with pytest.raises(AttributeError):
+        q.scale = torch.tensor(2.0)  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- with the chapter-5 model
+
+
+@pytest.fixture(scope="module")
+def tiny_moe_model():
+    from pt215 import model as lm
+
+    torch.manual_seed(0)
+    cfg = lm.ModelConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=64, max_seq_len=64,
+                         moe_experts=4, moe_top_k=2, moe_ffn_hidden=32)
+    return lm.build_model(cfg).eval()
+
+
+def test_moe_variants_match_the_model(tiny_moe_model):
+    tok = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = tiny_moe_model(tok)
+        for impl in ("grouped", "loop"):
+            torch.testing.assert_close(fp8.moe_variant(tiny_moe_model, impl)(tok), ref)
+        assert fp8.rel_error(ref, fp8.moe_variant(tiny_moe_model, "fp8")(tok)) < 0.1
+        for sc in ("tensorwise", "rowwise"):
+            assert fp8.rel_error(ref, fp8.fp8_model(tiny_moe_model, scaling=sc)(tok)) < 0.15
+    assert isinstance(fp8.fp8_model(tiny_moe_model).lm_head, fp8.FP8Linear)
+
+
+def test_moe_variant_errors(tiny_moe_model):
+    with pytest.raises(ValueError, match="impl must be"):
+        fp8.MoEVariant(tiny_moe_model.layers[0].mlp, "fast")
+    with pytest.raises(TypeError, match="pt215.model.MoE"):
+        fp8.MoEVariant(torch.nn.Linear(2, 2), "loop")
+    with pytest.raises(ValueError, match="MoE blocks"):
+        fp8.moe_variant(torch.nn.Linear(2, 2), "loop")
+    with pytest.raises(TypeError, match="nn.Linear without bias"):
+        fp8.FP8Linear(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="DecoderLM"):
+        fp8.fp8_model(torch.nn.Linear(2, 2))
+
+
+def test_decode_tokens_per_s(tiny_moe_model):
+    assert fp8.decode_tokens_per_s(tiny_moe_model, batch=2, prompt_len=4, new_tokens=2, warmup=1) > 0
+    with pytest.raises(ValueError, match="batch, prompt_len, new_tokens must be >= 1"):
+        fp8.decode_tokens_per_s(tiny_moe_model, batch=0)

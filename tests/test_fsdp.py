@@ -1,0 +1,264 @@
+"""Tests for pt215.fsdp (chapter 4): the MoE model, the precision override, the FSDP2 helpers (on a 1-rank
+gloo group in this process) and the DCP metadata helpers."""
+
+import os
+import tempfile
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy
+
+from pt215.fsdp import (
+    MoEConfig,
+    MoETransformer,
+    RMSNorm,
+    expert_load,
+    fsdp_units,
+    keep_fp32_override,
+    launch,
+    metadata_state_lengths,
+    record_forward_dtypes,
+    router_flip_rate,
+    routing_flips,
+    shard_model,
+    strip_stride_metadata,
+    synthetic_batch,
+)
+
+CFG = MoEConfig()
+
+
+def _model(seed: int = 0, cfg: MoEConfig = CFG) -> MoETransformer:
+    torch.manual_seed(seed)
+    return MoETransformer(cfg)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"dim": 0}, "dim must be a positive int"),
+    ({"dim": 30, "n_heads": 4}, "divisible by n_heads"),
+    ({"top_k": 9}, "top_k"),
+    ({"dispatch": "ragged"}, "dispatch must be"),
+    ({"aux_coef": -1.0}, "aux_coef"),
+    ({"n_layers": True}, "n_layers must be a positive int"),
+])
+def test_config_rejects_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MoEConfig(**kwargs)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_forward_shapes_routing_and_loss(seed):
+    m = _model(seed)
+    x, y = synthetic_batch(CFG, batch=2, seq=8, seed=seed)
+    total, ce = m.loss(x, y)
+    logits = m(x)
+    assert logits.shape == (2, 8, CFG.vocab_size) and logits.dtype == torch.float32
+    routes = m.routing()
+    assert len(routes) == CFG.n_layers
+    for idx in routes:
+        assert idx.shape == (16, CFG.top_k)
+        assert int(idx.min()) >= 0 and int(idx.max()) < CFG.n_experts
+        assert (idx.sort(-1).values[:, 1:] != idx.sort(-1).values[:, :-1]).all()  # k distinct experts
+    assert torch.isfinite(total) and total >= ce
+
+
+def test_model_rejects_float_tokens_and_needs_forward():
+    m = _model()
+    with pytest.raises(ValueError, match="tokens must be a 2-D integer tensor"):
+        m(torch.zeros(2, 4))
+    with pytest.raises(RuntimeError, match="run a forward first"):
+        m.routing()
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_dense_dispatch_matches_sparse(seed):
+    sparse = _model(seed)
+    dense = _model(seed, MoEConfig(dispatch="dense"))
+    x, _ = synthetic_batch(CFG, batch=2, seq=8, seed=seed)
+    torch.testing.assert_close(dense(x), sparse(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_returns_input_dtype(wdtype):
+    n = RMSNorm(8).to(wdtype)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    out = n(x)
+    assert out.dtype == torch.bfloat16
+    rms = out.float().pow(2).mean(-1).sqrt()
+    torch.testing.assert_close(rms, torch.ones(3), rtol=2e-2, atol=2e-2)
+
+
+def test_keep_fp32_override_selects_router_and_norms():
+    m = _model()
+    fn, kept = keep_fp32_override(m)
+    assert kept == ["blocks.0.norm1.weight", "blocks.0.norm2.weight", "blocks.0.moe.router.gate.weight",
+                    "blocks.1.norm1.weight", "blocks.1.norm2.weight", "blocks.1.moe.router.gate.weight",
+                    "norm.weight"]
+    for name, p in m.named_parameters():
+        assert fn(p) == (torch.float32 if name in kept else None)
+    # the same names on another rank/build give the same decisions
+    _, kept2 = keep_fp32_override(_model(seed=5))
+    assert kept2 == kept
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, param_dtype_override_fn=fn)
+    resolved = {n: policy._resolve_for_param(p).param_dtype for n, p in m.named_parameters()}
+    assert all(resolved[n] == (torch.float32 if n in kept else torch.bfloat16) for n in resolved)
+
+
+@pytest.mark.parametrize("bad", ["router", [""], [3]])
+def test_keep_fp32_override_rejects_bad_keep(bad):
+    with pytest.raises(ValueError, match="keep must be a sequence of non-empty strings"):
+        keep_fp32_override(_model(), keep=bad)
+
+
+def test_synthetic_batch_is_deterministic_and_shifted():
+    a, ta = synthetic_batch(CFG, 3, 10, seed=7)
+    b, tb = synthetic_batch(CFG, 3, 10, seed=7)
+    assert torch.equal(a, b) and torch.equal(ta, tb)
+    assert torch.equal(a[:, 1:], ta[:, :-1])
+    with pytest.raises(ValueError, match="seq >= 2"):
+        synthetic_batch(CFG, 1, 1, seed=0)
+
+
+def test_expert_load_and_routing_flips():
+    idx = torch.tensor([[0, 1], [1, 2], [0, 1]])
+    load = expert_load(idx, 4)
+    torch.testing.assert_close(load, torch.tensor([2, 3, 1, 0]) / 6.0)
+    assert routing_flips(idx, idx[:, [1, 0]]) == 0.0       # order inside the top-k set does not matter
+    assert routing_flips(idx, torch.tensor([[0, 1], [1, 3], [0, 1]])) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="same shape"):
+        routing_flips(idx, idx[:2])
+    with pytest.raises(ValueError, match="integer tensor"):
+        expert_load(idx.float(), 4)
+
+
+@pytest.mark.parametrize("n_experts", [8, 64])
+def test_router_flip_rate(n_experts):
+    fp32 = router_flip_rate(64, n_experts, tokens=512, weight_dtype=torch.float32, input_dtype=torch.float32)
+    low = router_flip_rate(64, n_experts, tokens=512)
+    assert fp32 == 0.0 and 0.0 <= low < 0.2
+    with pytest.raises(ValueError, match="top_k"):
+        router_flip_rate(8, 2, top_k=3)
+
+
+# ---------------------------------------------------------------- FSDP2 on a 1-rank gloo group
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if dist.is_initialized():
+        pytest.skip("a process group already exists")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("override", [True, False])
+def test_sharded_forward_dtypes_one_rank(pg, override):
+    """On 1 rank FSDP2 skips the collectives, but the units, forward dtypes and grad dtypes are the same."""
+    m = _model()
+    fn, kept = keep_fp32_override(m)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, param_dtype_override_fn=fn if override else None)
+    shard_model(m, policy)
+    assert list(fsdp_units(m)) == ["root", "blocks.0", "blocks.1"]
+    table, hooks = record_forward_dtypes(m)
+    loss, _ = m.loss(*synthetic_batch(CFG, 2, 8, seed=0))
+    for mod, row in table.items():
+        for pname, dt in row.items():
+            if pname != "__input":
+                want = "float32" if override and f"{mod}.{pname}" in kept else "bfloat16"
+                assert dt == want, (mod, pname)
+    for h in hooks:
+        h.remove()
+    loss.backward()
+    assert all(p.grad.dtype == torch.float32 for p in m.parameters())
+
+
+_WORKER = """
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy
+from pt215.fsdp import *
+from pt215.launch import report
+rank, world, _ = init_dist("gloo")
+cfg = MoEConfig()
+out = {}
+def build(policy_kw, override=False):
+    torch.manual_seed(0)
+    m = MoETransformer(cfg)
+    fn, _ = keep_fp32_override(m)
+    shard_model(m, MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                        param_dtype_override_fn=fn if override else None, **policy_kw))
+    return m, install_comm_counters(m)
+x, y = synthetic_batch(cfg, 2, 8, seed=rank)
+modes = [("override", {}, True), ("bf16", {}, False), ("reduce_bf16", {"reduce_dtype": torch.bfloat16}, False)]
+for label, kw, ov in modes:
+    m, log = build(kw, ov)
+    loss = m.loss(x, y)[0]
+    out[label] = {"fwd": log.count("all_gather"), "fwd_dtypes": log.dtypes("all_gather")}
+    loss.backward()
+    out[label]["rs_dtypes"] = log.dtypes("reduce_scatter")
+m, log = build({}, True)
+m.set_manual_backward_finalization(True)
+m.set_requires_gradient_sync(False)
+for i in range(3):
+    m.loss(*synthetic_batch(cfg, 2, 8, seed=10 * i + rank))[0].backward()
+out["before_finalize"] = log.count("reduce_scatter")
+m.set_requires_gradient_sync(True)
+m.finalize_backward()
+out["after_finalize"] = log.count("reduce_scatter")
+report(out)
+teardown()
+"""
+
+
+@pytest.mark.slow
+def test_two_ranks_all_gather_reduce_scatter_and_finalize(tmp_path):
+    """2 gloo ranks: one all-gather per unit per forward (uint8 when dtypes mix), the reduce-scatter dtype
+    both ways, and one reduce-scatter per unit after manual finalization."""
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    res = launch(str(script), 2, timeout=120, show=False)
+    one = {"root": 1, "blocks.0": 1, "blocks.1": 1}
+    for r in (0, 1):
+        out = res.results[r]
+        for label, ag, rs in [("override", "uint8", "float32"), ("bf16", "bfloat16", "float32"),
+                              ("reduce_bf16", "bfloat16", "bfloat16")]:
+            assert out[label]["fwd"] == one, label
+            assert all(v == [ag] for v in out[label]["fwd_dtypes"].values()), label
+            assert all(v == [rs] for v in out[label]["rs_dtypes"].values()), label
+        assert out["before_finalize"] == {} and out["after_finalize"] == one
+
+
+def test_shard_model_and_units_reject_bad_input(pg):
+    with pytest.raises(TypeError, match="must be a MoETransformer"):
+        shard_model(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="no fully_shard units"):
+        fsdp_units(torch.nn.Linear(2, 2))
+
+
+# ---------------------------------------------------------------- DCP metadata helpers and launch
+
+
+def test_strip_stride_metadata_round_trip():
+    import torch.distributed.checkpoint as dcp
+
+    src = {"t": torch.arange(12.0).reshape(3, 4).t(), "v": torch.ones(5)}
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save(src, checkpoint_id=d)
+        assert metadata_state_lengths(d) == [6, 6]
+        assert dcp.FileSystemReader(d).read_metadata().state_dict_metadata["t"].properties.strides == (1, 4)
+        assert strip_stride_metadata(d) == 2
+        assert metadata_state_lengths(d) == [5, 5]
+        assert dcp.FileSystemReader(d).read_metadata().state_dict_metadata["t"].properties.strides is None
+        dst = {"t": torch.zeros(4, 3), "v": torch.zeros(5)}
+        dcp.load(dst, checkpoint_id=d)
+        assert torch.equal(dst["t"], src["t"]) and torch.equal(dst["v"], src["v"])
+        with pytest.raises(FileNotFoundError, match="no .metadata"):
+            strip_stride_metadata(os.path.join(d, "missing"))
+
+
+def test_launch_rejects_bad_retries():
+    with pytest.raises(ValueError, match="retries must be an int"):
+        launch("x.py", retries=-1)

@@ -1,0 +1,125 @@
+"""Tests for pt215.nvfp4 (chapter 5): bit-exactness with torchao, edge cases, the SWIZZLE_32_4_4 layout."""
+
+import pytest
+import torch
+
+from pt215 import nvfp4
+
+ao = pytest.importorskip("torchao.prototype.mx_formats.nvfp4_tensor")
+
+
+def _torchao(x, g):
+    return ao.NVFP4Tensor.to_nvfp4(x.contiguous(), per_tensor_scale=g)
+
+
+def _same(q, a):
+    return (torch.equal(q.qdata, a.qdata.view(torch.uint8))
+            and torch.equal(q.scale.view(torch.uint8), a.scale.view(torch.uint8))
+            and torch.equal(q.per_tensor_scale, a.per_tensor_scale))
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (4, 16), (3, 64), (17, 48), (64, 128), (2, 5, 32), (4, 8, 80)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bit_exact_with_torchao(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    # rows of very different magnitude exercise the e4m3 scale range and its lower clamp
+    x = (torch.randn(shape, generator=g) * 10.0 ** torch.randint(-4, 3, (*shape[:-1], 1), generator=g)).to(dtype)
+    gs = ao.per_tensor_amax_to_scale(x.abs().amax())
+    q, a = nvfp4.quantize(x, gs), _torchao(x, gs)
+    assert _same(q, a)
+    assert torch.equal(q.dequantize(torch.float32), a.dequantize(torch.float32))
+    # default per-tensor scale is the same formula
+    assert torch.equal(nvfp4.quantize(x).per_tensor_scale, gs)
+
+
+def test_rounding_ties_and_signed_zero():
+    x = torch.tensor([[0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.0, 0.1, -0.1, 6.0, 0.5, 1.0, 1.5, -2.0]])
+    g = torch.tensor(1.0)  # block amax 6 -> block scale exactly 1 -> elements are x itself
+    q, a = nvfp4.quantize(x, g), _torchao(x, g)
+    assert _same(q, a)
+    codes = q.codes()[0].tolist()
+    assert codes[:7] == [0, 2, 2, 4, 4, 6, 6]  # ties to the even code
+    assert codes[7:11] == [8, 8, 0, 8]  # -0.25 -> -0, -0.0 -> -0, 0.1 -> 0, -0.1 -> -0
+    assert codes[11:] == [7, 1, 2, 3, 12]
+
+
+def test_grid_roundtrip_exact():
+    grid = torch.cat([nvfp4.E2M1_GRID, -nvfp4.E2M1_GRID]).repeat(1)
+    assert torch.equal(nvfp4.e2m1_decode(nvfp4.e2m1_encode(grid)), grid)
+    codes = torch.arange(16, dtype=torch.uint8).view(2, 8)
+    assert torch.equal(nvfp4.unpack(nvfp4.pack(codes)), codes)
+    assert nvfp4.pack(torch.tensor([[1, 2]], dtype=torch.uint8)).item() == 0x21  # element 0 in the low nibble
+
+
+def test_zero_block_and_zero_tensor():
+    x = torch.randn(2, 32)
+    x[1, 16:] = 0
+    q = nvfp4.quantize(x)
+    assert q.scale[1, 1].float().item() == nvfp4.E4M3_TINY
+    assert torch.all(q.dequantize()[1, 16:] == 0)
+    z = nvfp4.quantize(torch.zeros(3, 16))
+    assert z.per_tensor_scale.item() == 1.0
+    assert torch.equal(z.dequantize(), torch.zeros(3, 16))
+
+
+def test_out_of_range_saturates_with_given_scale():
+    x = torch.full((1, 16), 1e6)
+    q = nvfp4.quantize(x, torch.tensor(1.0))
+    assert torch.all(q.dequantize() == 6 * 448)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_rejected(bad):
+    x = torch.randn(2, 16)
+    x[0, 3] = bad
+    with pytest.raises(ValueError, match="NaN or inf"):
+        nvfp4.quantize(x)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nvfp4.quantize(torch.randn(4, 24))
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+        nvfp4.quantize(torch.ones(4, 16, dtype=torch.int32))
+    with pytest.raises(ValueError, match="positive"):
+        nvfp4.quantize(torch.randn(4, 16), torch.tensor(0.0))
+
+
+@pytest.mark.parametrize("rows,cols", [(128, 4), (1, 1), (130, 6), (256, 32), (300, 9)])
+def test_to_blocked_matches_references(rows, cols):
+    s = torch.arange(rows * cols, dtype=torch.float32).view(rows, cols) + 1
+    b = nvfp4.to_blocked(s)
+    assert b.numel() == 128 * -(-rows // 128) * 4 * -(-cols // 4)
+    assert torch.equal(nvfp4.from_blocked(b, rows, cols), s)
+    from torchao.prototype.mx_formats.utils import to_blocked as ao_to_blocked
+
+    assert torch.equal(b, ao_to_blocked(s).flatten())
+    try:
+        from torch._higher_order_ops.flex_gemm import to_blocked as hop_to_blocked
+    except ImportError:
+        return
+    assert torch.equal(b, hop_to_blocked(s).flatten())
+
+
+def test_to_blocked_tile_rule():
+    s = torch.arange(512).view(128, 4)
+    b = nvfp4.to_blocked(s).view(32, 16)
+    for r in (0, 31, 32, 100, 127):
+        for c in range(4):
+            assert b[r % 32, 4 * (r // 32) + c].item() == s[r, c].item()
+
+
+def test_bits_and_bytes():
+    assert nvfp4.bits_per_element((256, 512)) == pytest.approx(4.5, abs=1e-3)
+    q = nvfp4.quantize(torch.randn(8, 64))
+    assert q.nbytes == 8 * 32 + 8 * 4 + 4 and q.shape == (8, 64)
+
+
+def test_fp8_roundtrip():
+    w = torch.randn(16, 64)
+    for gran in ("tensorwise", "rowwise"):
+        r = nvfp4.fp8_roundtrip(w, gran)
+        assert (r - w).norm() / w.norm() < 0.05
+    with pytest.raises(ValueError, match="granularity"):
+        nvfp4.fp8_roundtrip(w, "blockwise")

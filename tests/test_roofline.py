@@ -1,0 +1,56 @@
+"""Tests for pt215.roofline (chapters 5 and 6): byte/FLOP formulas and the measurement helpers run."""
+
+import pytest
+import torch
+
+from pt215 import roofline as R
+from pt215.model import ModelConfig, build_model
+
+
+def test_weight_bytes_per_format():
+    cfg = ModelConfig()
+    n = sum(c * r * k for _, c, r, k in R.gemm_param_shapes(cfg))
+    torch.manual_seed(0)
+    m = build_model(cfg)
+    from pt215.model import gemm_weights
+
+    assert n == sum(p.numel() for _, p in gemm_weights(m))
+    bf16 = R.weight_bytes(cfg, "bf16")
+    assert bf16 == pytest.approx(2 * n + 2 * (2 * cfg.n_layers + 2) * cfg.d_model)
+    nv = R.weight_bytes(cfg, "nvfp4") - 2 * (2 * cfg.n_layers + 2) * cfg.d_model
+    tensors = sum(c for _, c, _, _ in R.gemm_param_shapes(cfg))
+    assert nv == pytest.approx(n * 0.5 + n / 16 + 4 * tensors)
+    assert R.weight_bytes(cfg, "fp8-tensorwise") < R.weight_bytes(cfg, "fp8-rowwise") < bf16
+    with pytest.raises(ValueError, match="fmt"):
+        R.weight_bytes(cfg, "int3")
+
+
+def test_moe_active_experts():
+    cfg = ModelConfig(moe_experts=8, moe_top_k=2)
+    assert R.expected_active_experts(cfg, 1) == pytest.approx(2)
+    assert R.expected_active_experts(cfg, 10_000) == pytest.approx(8)
+    assert R.weight_bytes(cfg, batch=1) < R.weight_bytes(cfg, batch=64)
+
+
+def test_step_bytes_flops_and_ceiling():
+    cfg = ModelConfig()
+    kv = R.kv_bytes_per_token(cfg)
+    assert kv == 2 * 4 * 2 * 32 * 2
+    b0 = R.decode_step_bytes(cfg, batch=4, context=0)
+    assert R.decode_step_bytes(cfg, batch=4, context=100) == pytest.approx(b0 + 400 * kv)
+    f = R.decode_step_flops(cfg, batch=2, context=10)
+    assert f == pytest.approx(2 * R.decode_step_flops(cfg, batch=1, context=10))
+    assert R.predicted_tokens_per_s(1e6, 1.0, 1, 1e9) == pytest.approx(1000)
+    assert R.predicted_tokens_per_s(1e6, 1e9, 1, 1e9, peak_flops=1e8) == pytest.approx(0.1)
+
+
+def test_measurements_run():
+    assert R.measure_memory_bandwidth(2**20, repeats=2) > 0
+    assert R.measure_memory_bandwidth(2**20, mode="read", repeats=2) > 0
+    assert R.measure_matmul_flops(64, repeats=2) > 0
+    torch.manual_seed(0)
+    m = build_model(ModelConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_hidden=64)).eval()
+    r = R.measure_decode(m, batch=2, context=8, steps=2)
+    assert r["batch"] == 2 and r["tokens_per_s"] > 0
+    with pytest.raises(ValueError, match="mode"):
+        R.measure_memory_bandwidth(2**20, mode="write")
