@@ -171,3 +171,27 @@ def test_cli_options_before_or_after_the_script(tmp_path, unique_name, order):
     out = subprocess.run([sys.executable, "-m", "pt215.launch", *argv], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == '{"0": {"rank": 0, "sum": 1.0}, "1": {"rank": 1, "sum": 1.0}}'
+
+
+FLAKY = """
+import os, pathlib, sys
+marker = pathlib.Path(sys.argv[1])
+print("attempt", "second" if marker.exists() else "first", flush=True)
+if os.environ["RANK"] == "1" and not marker.exists():
+    marker.write_text("failed once")
+    sys.exit(7)
+"""
+
+
+@pytest.mark.slow
+def test_retries_relaunch_after_a_failed_rank(tmp_path, unique_name, capsys):
+    path = script(tmp_path, unique_name, FLAKY)
+    with pytest.raises(RankFailedError) as info:
+        run(path, nproc=2, timeout=120, args=[str(tmp_path / "m0")], stream=False, show=False)
+    assert info.value.rank == 1 and info.value.exitcode == 7
+    res = run(path, nproc=2, timeout=120, args=[str(tmp_path / "m1")], stream=False, retries=1)
+    assert res.stdout == {0: ["attempt second"], 1: ["attempt second"]}
+    assert capsys.readouterr().out.splitlines() == ["[rank0] attempt second", "[rank1] attempt second"]
+    with pytest.raises(ValueError, match="retries must be an int >= 0"):
+        run(path, retries=-1)
+    assert wait_gone(unique_name) == 0

@@ -498,24 +498,11 @@ def teardown() -> None:
 
 def launch(script: str, nproc: int = 2, *, args: Sequence[str] = (), timeout: float = 120.0,
            retries: int = 1, show: bool = True):
-    """`pt215.launch.run` with a retry for the rare gloo abort at teardown (a rank dies with SIGABRT after it
-    has printed everything). Output is printed once, grouped by rank, from the successful attempt only."""
-    from pt215.launch import RankFailedError, run
+    """`pt215.launch.run` with one retry for the rare gloo abort at teardown (a rank dies with SIGABRT after it
+    has printed everything), no live view; output is printed once, grouped by rank, from the successful attempt."""
+    from pt215.launch import run
 
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"launch: retries must be an int >= 0, got {retries!r}")
-    for attempt in range(retries + 1):
-        try:
-            res = run(script, nproc, args=list(args), timeout=timeout, stream=False, show=False)
-            break
-        except RankFailedError:
-            if attempt == retries:
-                raise
-    if show:
-        for rank in sorted(res.stdout):
-            for line in res.stdout[rank]:
-                print(f"[rank{rank}] {line}")
-    return res
+    return run(script, nproc, args=list(args), timeout=timeout, stream=False, show=show, retries=retries)
 
 
 def strip_stride_metadata(checkpoint_dir: str, out_file: str | None = None) -> int:

@@ -273,26 +273,9 @@ def _check_args(script: str | os.PathLike, nproc: int, timeout: float, args: Seq
     return path
 
 
-def run(
-    script: str | os.PathLike,
-    nproc: int = 2,
-    *,
-    args: Sequence[str] = (),
-    timeout: float = 60.0,
-    env: Mapping[str, str] | None = None,
-    cwd: str | os.PathLike | None = None,
-    stream: bool = True,
-    show: bool = True,
-) -> LaunchResult:
-    """Launch `script` on `nproc` local ranks through torch's launcher and wait at most `timeout` seconds.
-
-    `args` are passed to the script; `env` entries are added to the environment. With `stream`, output is
-    shown live; with `show`, each rank's stdout is printed afterwards, grouped and prefixed `[rankN]`.
-    Returns a `LaunchResult`; raises `RankFailedError` or `LaunchTimeoutError`.
-    """
-    path = _check_args(script, nproc, timeout, args, cwd)
-    name = path.name
-    workdir = Path(cwd) if cwd is not None else Path.cwd()
+def _attempt(path: Path, nproc: int, args: Sequence[str], timeout: float, env: Mapping[str, str] | None,
+             workdir: Path, view: _LiveView) -> tuple[LaunchResult, LaunchError | None]:
+    """One launch: the result (per-rank output, reports) and the error it ended with, if any."""
     tmp = Path(tempfile.mkdtemp(prefix="pt215-launch-"))
     results_dir, log_dir = tmp / "results", tmp / "logs"
     results_dir.mkdir()
@@ -308,7 +291,6 @@ def run(
         "--redirects=3", f"--log-dir={log_dir}",
         str(path), *args,
     ]
-    view = _LiveView(stream)
     tailer = _Tailer(log_dir, nproc, view.line)
     launcher_out: list[bytes] = []
     known: set[int] = set()
@@ -331,21 +313,15 @@ def run(
         killed = _kill_all(proc, known)
         reader.join(timeout=5)
         tailer.poll(final=True)
-        view.close()
-    elapsed = time.monotonic() - start
     launcher_text = b"".join(launcher_out).decode(errors="replace")
     stdout, stderr = tailer.lines["stdout"], tailer.lines["stderr"]
-    results: dict[int, Any] = {}
-    for f in sorted(results_dir.glob("rank*.json")):
-        results[int(f.stem[4:])] = json.loads(f.read_text())
+    results = {int(f.stem[4:]): json.loads(f.read_text()) for f in sorted(results_dir.glob("rank*.json"))}
     shutil.rmtree(tmp, ignore_errors=True)
-    if show and (view.notebook or not stream):  # a terminal already saw the lines live
-        for rank in sorted(stdout):
-            for line in stdout[rank]:
-                print(f"[rank{rank}] {line}")
+    res = LaunchResult(path.name, nproc, proc.returncode, time.monotonic() - start, stdout, stderr, results,
+                       launcher_text)
     if timed_out:
         merged = {r: stdout.get(r, []) + stderr.get(r, []) for r in range(nproc)}
-        raise LaunchTimeoutError(name, timeout, killed, merged)
+        return res, LaunchTimeoutError(path.name, timeout, killed, merged)
     if proc.returncode != 0:
         m = _ROOT_CAUSE.search(launcher_text)
         if m:
@@ -355,8 +331,49 @@ def run(
         last = (stdout.get(rank, []) + stderr.get(rank, []))[-_TAIL:]
         if not last:
             last = launcher_text.strip().splitlines()[-_TAIL:]
-        raise RankFailedError(name, rank, code, last)
-    return LaunchResult(name, nproc, proc.returncode, elapsed, stdout, stderr, results, launcher_text)
+        return res, RankFailedError(path.name, rank, code, last)
+    return res, None
+
+
+def run(
+    script: str | os.PathLike,
+    nproc: int = 2,
+    *,
+    args: Sequence[str] = (),
+    timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    stream: bool = True,
+    show: bool = True,
+    retries: int = 0,
+) -> LaunchResult:
+    """Launch `script` on `nproc` local ranks through torch's launcher and wait at most `timeout` seconds.
+
+    `args` are passed to the script; `env` entries are added to the environment. With `stream`, output is
+    shown live; with `show`, each rank's stdout is printed afterwards, grouped and prefixed `[rankN]` (from the
+    last attempt only). `retries` re-launches after a failed rank (not after a timeout), for known-flaky
+    teardowns such as gloo's occasional abort at exit (chapter 4). Returns a `LaunchResult`; raises
+    `RankFailedError` or `LaunchTimeoutError`.
+    """
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"run(): retries must be an int >= 0, got {retries!r}")
+    path = _check_args(script, nproc, timeout, args, cwd)
+    workdir = Path(cwd) if cwd is not None else Path.cwd()
+    view = _LiveView(stream)
+    try:
+        for attempt in range(retries + 1):
+            res, err = _attempt(path, nproc, args, timeout, env, workdir, view)
+            if not isinstance(err, RankFailedError) or attempt == retries:
+                break
+    finally:
+        view.close()
+    if show and (view.notebook or not stream):  # a terminal already saw the lines live
+        for rank in sorted(res.stdout):
+            for line in res.stdout[rank]:
+                print(f"[rank{rank}] {line}")
+    if err is not None:
+        raise err
+    return res
 
 
 def main(argv: Sequence[str] | None = None) -> int:
