@@ -10,8 +10,6 @@ decode tokens/s and the achieved-bandwidth fraction. Timings vary from run to ru
 from __future__ import annotations
 
 import logging
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -19,18 +17,13 @@ import torch.nn.functional as F
 from pt215 import model as M
 from pt215 import nvfp4
 from pt215 import roofline as R
+from pt215.timing import median_seconds
 
 logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
 
 def bench(fn, n: int = 5) -> float:
-    fn()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return median_seconds(fn, iters=n, warmup=1)
 
 
 def quantizer_throughput() -> None:

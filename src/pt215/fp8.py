@@ -25,7 +25,6 @@ never as a speed-up.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pt215.model import route
+from pt215.timing import median_seconds
 
 __all__ = [
     "FP8_DTYPES",
@@ -566,16 +566,7 @@ def median_ms(fn: Callable[[], object], *, reps: int = 5, warmup: int = 1,
     """Median wall time of `fn()` in milliseconds, synchronizing `device` (cuda/mps) around each call."""
     if reps < 1 or warmup < 0:
         raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return 1e3 * median_seconds(fn, iters=reps, warmup=warmup, sync=lambda: _sync(device))
 
 
 def copy_bandwidth(nbytes: int = 64 * 2**20, *, device: torch.device | str = "cpu", reps: int = 5) -> float:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from pt215.model import DecoderLM, KVCache, ModelConfig
+from pt215.timing import median_seconds
 
 __all__ = [
     "FORMATS",
@@ -146,17 +147,6 @@ def predicted_tokens_per_s(step_bytes: float, step_flops: float, batch: int, ban
     return batch / max(step_bytes / bandwidth, step_flops / peak_flops)
 
 
-def _median_time(fn, repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def measure_memory_bandwidth(nbytes: int = 256 * 2**20, *, mode: str = "copy", repeats: int = 7) -> float:
     """Measured memory bandwidth in bytes/s on CPU, median of ``repeats``.
 
@@ -169,15 +159,15 @@ def measure_memory_bandwidth(nbytes: int = 256 * 2**20, *, mode: str = "copy", r
     src = torch.ones(nbytes // 4, dtype=torch.float32)
     if mode == "copy":
         dst = torch.empty_like(src)
-        return 2 * nbytes / _median_time(lambda: dst.copy_(src), repeats)
-    return nbytes / _median_time(lambda: src.sum(), repeats)
+        return 2 * nbytes / median_seconds(lambda: dst.copy_(src), iters=repeats)
+    return nbytes / median_seconds(lambda: src.sum(), iters=repeats)
 
 
 def measure_matmul_flops(n: int = 1024, *, dtype: torch.dtype = torch.bfloat16, repeats: int = 5) -> float:
     """Measured dense GEMM throughput (FLOP/s) for an ``n x n x n`` matmul in ``dtype``."""
     a = torch.randn(n, n).to(dtype)
     b = torch.randn(n, n).to(dtype)
-    return 2 * n**3 / _median_time(lambda: a @ b, repeats)
+    return 2 * n**3 / median_seconds(lambda: a @ b, iters=repeats)
 
 
 @torch.no_grad()

@@ -18,7 +18,6 @@ import hashlib
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,6 +25,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from pt215.timing import median_seconds, time_samples
 
 __all__ = [
     "KVConfig",
@@ -314,25 +315,9 @@ def digest(t: torch.Tensor) -> str:
 # ---------------------------------------------------------------- measurement
 
 
-def time_samples(fn: Callable[[], Any], *, iters: int = 10, warmup: int = 2) -> list[float]:
-    """Wall time of each of `iters` calls of `fn()` in seconds, after `warmup` untimed calls."""
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
-        raise ValueError(f"iters must be a positive int, got {iters!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def time_op(fn: Callable[[], Any], *, iters: int = 10, warmup: int = 2) -> float:
     """Median wall time of `fn()` in seconds over `iters` runs, after `warmup` runs."""
-    return statistics.median(time_samples(fn, iters=iters, warmup=warmup))
+    return median_seconds(fn, iters=iters, warmup=warmup)
 
 
 def memcpy_samples(nbytes: int, *, iters: int = 10, warmup: int = 2) -> list[float]:
