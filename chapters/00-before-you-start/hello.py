@@ -7,7 +7,7 @@ Runs unchanged under `torchrun --nproc-per-node N hello.py` or from a notebook w
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 
 def main() -> None:
@@ -17,7 +17,7 @@ def main() -> None:
     dist.all_reduce(t)
     print(f"hello from rank {rank} of {world}; sum of ranks = {t.item():.0f}")
     report({"rank": rank, "world_size": world, "backend": dist.get_backend(), "sum": t.item()})
-    dist.destroy_process_group()
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
 
 
 if __name__ == "__main__":

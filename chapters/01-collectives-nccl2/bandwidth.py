@@ -18,8 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from pt215 import bench
-from pt215.launch import report
+from pt215 import bench, links
+from pt215.launch import report, shutdown
 
 p = argparse.ArgumentParser()
 p.add_argument("--backend", default="gloo")
@@ -49,6 +49,13 @@ rows = [r for op in a.op for r in bench.sweep(op, sizes, warmup=a.warmup, iters=
 mem = torch.tensor([bench.memcpy_bandwidth(a.memcpy_bytes, device=dev)], dtype=torch.float64, device=dev)
 dist.all_reduce(mem)
 memcpy = mem.item() / n
+# busbw's ceiling on GPUs is the link between them (NVLink or PCIe, per direction), not the HBM copy above
+link = None
+if cuda:
+    try:
+        link = links.link_peak(n, torch.cuda.get_device_capability(dev)).as_dict()
+    except Exception as e:  # noqa: BLE001 - no nvidia-smi, unknown topology: say so instead of guessing
+        link = {"kind": "unknown", "GBps": None, "how": f"{type(e).__name__}: {e}"}
 
 
 # 3. overhead of the helper against a hand-timed loop of the same all_reduce
@@ -84,7 +91,7 @@ helper_med, hand_med = statistics.median(helper_s), statistics.median(hand_s)
 result = {
     "backend": str(dist.get_backend()), "world_size": n, "device": dev.type,
     "rows": [r.as_dict() for r in rows],
-    "memcpy_GBps": memcpy, "memcpy_bytes": a.memcpy_bytes,
+    "memcpy_GBps": memcpy, "memcpy_bytes": a.memcpy_bytes, "link": link,
     "overhead": {"nbytes": big, "iters": a.iters, "rounds": a.rounds, "helper_s": helper_s, "hand_s": hand_s,
                  "helper_median_s": helper_med, "hand_median_s": hand_med,
                  "relative": helper_med / hand_med - 1,
@@ -100,7 +107,9 @@ if rank == 0:
     if last:
         print(f"all_reduce busbw at {last[-1].nbytes // 2**20} MiB: {last[-1].busbw:.3f} GB/s "
               f"= {last[-1].busbw / memcpy:.1%} of memcpy")
+        if link and link["GBps"]:
+            print(f"  = {last[-1].busbw / link['GBps']:.1%} of the {link['kind']} peak, {link['how']}")
     print(f"helper {helper_med * 1e3:.2f} ms vs hand-timed loop {hand_med * 1e3:.2f} ms per all_reduce: "
           f"overhead {result['overhead']['relative_paired']:+.1%} (median of per-round ratios)")
 report(result)
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

@@ -14,7 +14,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 p = argparse.ArgumentParser()
 p.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (one CUDA device per rank)")
@@ -113,14 +113,17 @@ seen = sum(store.check([f"arrived/{r}"]) for r in range(n))
 log["barrier"] = {"arrivals_seen_after_barrier": seen}
 print(f"{'barrier':<26} arrivals seen after the barrier: {seen} of {n}")
 
-# -- point to point: even ranks send to the next odd rank
+# -- point to point: even ranks send to the next odd rank (with an odd world size the last rank has no partner)
 t = own(2)
 b = t.clone()
-if rank % 2 == 0:
-    dist.send(t, dst=rank + 1)
+peer = rank + 1 if rank % 2 == 0 else rank - 1
+if peer >= n:
+    peer = None
+elif rank % 2 == 0:
+    dist.send(t, dst=peer)
 else:
-    dist.recv(t, src=rank - 1)
-show("send_recv", b, t, peer=rank + 1 if rank % 2 == 0 else rank - 1)
+    dist.recv(t, src=peer)
+show("send_recv", b, t, peer=peer)
 
 # -- batch_isend_irecv: a ring, everyone sends right and receives from the left, in one batch
 t = own(2)
@@ -156,4 +159,4 @@ show("split_group even/odd", b, t, group_ranks=dist.get_process_group_ranks(pari
      group_rank=dist.get_rank(parity))
 
 report({"rank": rank, "world_size": n, "backend": str(dist.get_backend()), "ops": log})
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

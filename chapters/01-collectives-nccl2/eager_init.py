@@ -1,8 +1,13 @@
 """Eager communicator init with device_id, and what it does to the first collective (chapter 1, notebook 02).
 
-    torchrun --nproc-per-node 2 eager_init.py                          # gloo, device_id=cpu:0
-    torchrun --nproc-per-node 2 eager_init.py --backend nccl           # eager: device_id=cuda:LOCAL_RANK
-    torchrun --nproc-per-node 2 eager_init.py --backend nccl --lazy    # no device_id: lazy communicator
+    torchrun --nproc-per-node 2 eager_init.py                                # gloo, device_id=cpu:0
+    torchrun --nproc-per-node 2 eager_init.py --backend nccl-legacy --lazy   # no device_id: lazy communicator
+    torchrun --nproc-per-node 2 eager_init.py --backend nccl-legacy          # eager: device_id=cuda:LOCAL_RANK
+    torchrun --nproc-per-node 2 eager_init.py --backend nccl                 # NCCL2: eager either way
+
+Only nccl-legacy (ProcessGroupNCCL) is lazy without device_id. NCCL2, the default `nccl` of 2.15, binds
+cuda:LOCAL_RANK and creates its communicator in init_process_group even without device_id (`_nccl2_device`;
+lazy creation there is the opt-in `Options.lazy_init`), so `--lazy` changes nothing on it.
 
 Times init_process_group, the first all_reduce and the second one (mean over ranks, milliseconds).
 """
@@ -14,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 p = argparse.ArgumentParser()
 p.add_argument("--backend", default="gloo")
@@ -46,4 +51,4 @@ info = {"backend": a.backend, "eager": not a.lazy, "bound_device_id": str(pg.bou
         "sum": x[0].item(), "init_ms": ms[0], "first_ms": ms[1], "second_ms": ms[2]}
 print(f"bound_device_id={info['bound_device_id']}; ones after two all_reduces: {info['sum']:.0f}")
 report(info)
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

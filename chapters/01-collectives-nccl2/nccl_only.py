@@ -5,7 +5,8 @@
 
 1. dist._time_estimator: simulates the collectives issued in its context, returns microseconds
 2. the backend's tensor allocator: supports_tensor_alloc, allocate_tensor, mem_allocator, register_mem_pool
-3. dist.shrink_group: a smaller group without the last rank, built from the parent communicator
+3. dist.shrink_group: a smaller group without the last rank, built from the parent communicator (on NCCL
+   a sub-group is shrunk, never the default group: that would destroy every other group)
 
 It also times init_process_group(device_id=...) and the first two all_reduces (eager_init.py compares
 eager and lazy init on GPUs).
@@ -20,7 +21,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 p = argparse.ArgumentParser()
 p.add_argument("--backend", default="gloo")
@@ -98,10 +99,14 @@ try:
 except Exception as e:  # noqa: BLE001
     say("register_mem_pool", err(e))
 
-# 3. shrink_group: only the ranks that stay call it; the excluded rank leaves
+# 3. shrink_group: only the ranks that stay call it; the excluded rank leaves. Shrinking the default group
+# makes the result the new default group and destroys every other group (a job's TP/FSDP sub-groups with
+# it), so on NCCL the script shrinks a sub-group over all ranks instead; gloo shows its error on the default
+# group. Any world size works: the last rank is excluded. Unverified on hardware.
+work = dist.new_group(list(range(n)), group_desc="work") if cuda else None
 try:
     if rank != n - 1:
-        small = dist.shrink_group([n - 1])
+        small = dist.shrink_group([n - 1], group=work)
         z = torch.ones(4, device=dev)
         dist.all_reduce(z, group=small)
         say("shrink_group", f"new size {small.size()}, all_reduce -> {z[0].item():.0f}")
@@ -112,4 +117,4 @@ except Exception as e:  # noqa: BLE001
 
 report(out | timing)
 if dist.is_initialized():
-    dist.destroy_process_group()
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

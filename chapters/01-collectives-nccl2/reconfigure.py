@@ -11,7 +11,7 @@ Here process 1 "leaves" after the first round and "returns" for the third.
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 dist.init_process_group("gloo", enable_reconfigure=True)
 me = dist.get_rank()  # launcher rank: a stable name for this process, not its rank in the communicator
@@ -61,4 +61,4 @@ dist._reconfigure(uuid=3, handles=handles_of("grow", everyone)).wait()
 probe("grow")
 
 report({"me": me, "stages": log})
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

@@ -14,7 +14,7 @@ import torch
 import torch._C._distributed_c10d as c10d
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     seqs = [e["collective_seq_id"] for e in trace["entries"]]
     print(f"entries kept: {len(seqs)}  seq ids: {seqs}  dump written to: {written}")
     report({"entries": len(seqs), "seq_ids": seqs, "written": written})
-    dist.destroy_process_group()
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
     TORCH_FR_BUFFER_SIZE=0 torchrun --nproc-per-node 2 fr_overhead.py       # recorder off
 
 Reports the median, 10th and 90th percentile latency per size (microseconds, rank 0's clock) and how many entries
-the recorder holds at the end.
+the recorder holds at the end. The recorder reads its buffer size once per process, so an on/off comparison
+needs one launch per arm; notebook 2.4 alternates several launches of each arm in one cell.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ import torch
 import torch._C._distributed_c10d as c10d
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--iters", type=int, default=300)
+    p.add_argument("--iters", type=int, default=200)
     p.add_argument("--sizes", type=int, nargs="+", default=[256, 262144], help="float32 elements")
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    if a.iters < 10 or any(n < 1 for n in a.sizes):
+        p.error(f"--iters must be >= 10 and --sizes >= 1 element, got {a.iters} and {a.sizes}")
     dist.init_process_group("gloo")
     out = {}
     for n in a.sizes:
@@ -44,7 +47,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         print(f"recorder holds {out['entries']} entries")
     report(out)
-    dist.destroy_process_group()
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
 
 
 if __name__ == "__main__":

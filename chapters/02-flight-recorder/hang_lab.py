@@ -23,7 +23,11 @@ Unix socket; when rank 0's watchdog fires it asks every rank for `c10d_health_ch
 and prints where each rank's main thread is in this script.
 
 With `--backend nccl` (>= 2 GPUs) nothing is armed unless `--py-watchdog` is given: the dumps are meant to
-come from TORCH_FR_DUMP_ON_TIMEOUT=1 and the backend's own watchdog.
+come from TORCH_FR_DUMP_ON_TIMEOUT=1 and the backend's own watchdog. NCCL collectives return once queued, so
+after the faulty step every rank waits for its GPU stream (`torch.cuda.synchronize`): the stuck collective
+keeps it there until the watchdog times it out, dumps and tears the process down (a non-zero exit is expected).
+Each hooked backend records into its own ring buffer: `nccl` in 2.15 is ProcessGroupNCCL2, whose entries are
+dumped with `backend="nccl2"` (`nccl-legacy` records under "nccl"). Unverified on hardware.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import torch._C._distributed_c10d as c10d
 import torch.distributed as dist
 from torch.distributed import _watchdog
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 
 CASES = ("healthy", "skip", "order", "mismatch", "straggler", "subgroup")
 WARMUP_STEPS = 3
@@ -76,6 +80,7 @@ def main() -> None:
     dist.init_process_group(a.backend, timeout=timedelta(seconds=a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    fr_backend = fr_ring(dev) if nccl else "gloo"
     server = c10d._WorkerServer(str(out / f".w{rank}.sock"), -1)  # per-rank debug handlers on a Unix socket
     culprit = a.culprit % world
     metrics = dist.new_group(list(range(world)), group_desc="metrics")
@@ -95,7 +100,7 @@ def main() -> None:
                 return
             if rank == 0 and reason == "watchdog":
                 ask_every_rank(out, world)
-            c10d._dump_fr_trace_file(rank, includeStackTraces=False, backend="nccl" if nccl else "gloo")
+            c10d._dump_fr_trace_file(rank, includeStackTraces=False, backend=fr_backend)
             info.update(dump_time=time.time(), dump_reason=reason)
             dumped.set()
 
@@ -149,6 +154,8 @@ def main() -> None:
                 dist.all_reduce(grad, group=my_pair)
             dist.all_reduce(grad)
             dist.all_reduce(stats, group=metrics)
+        if nccl:
+            torch.cuda.synchronize(dev)  # NCCL calls return once queued: wait here, where a hang really hangs
     except RuntimeError as e:
         kind = "timeout" if "Timed out" in str(e) else "peer gone" if "Connection" in str(e) else "error"
         outcome = "collective failed"
@@ -169,10 +176,16 @@ def main() -> None:
             "dump_bytes": out_file.stat().st_size if out_file.exists() else 0})
     server.shutdown()
     if a.case == "healthy":
-        dist.destroy_process_group()
+        shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
     else:
         # The group is broken: destroy_process_group() could block on a dead peer. Leave at once.
         os._exit(0)
+
+
+def fr_ring(dev: torch.device) -> str:
+    """The flight-recorder ring buffer the world group's NCCL backend records into: "nccl2" or "nccl"."""
+    impl = type(dist.get_backend_impl(dist.group.WORLD, dev)).__name__
+    return "nccl2" if impl == "ProcessGroupNCCL2" else "nccl"
 
 
 def _post(sock: Path, handler: str, timeout: float = 5.0) -> str:

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 from pt215.transport import control_store, describe, fetch, pair, publish, quiet_nixl, wait_key
 
 quiet_nixl()
@@ -113,4 +113,4 @@ dist.barrier()
 t.close(timeout=TIMEOUT)
 print(f"closed: connected() = {t.connected()}")
 report(out)
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 from pt215.transport import fetch, memcpy_samples, pair, publish, quiet_nixl, time_samples
 
 quiet_nixl()
@@ -104,4 +104,4 @@ t.unregister_memory(back_mem)
 t.unregister_memory(mem)
 t.close(timeout=TIMEOUT)
 report({"rows": rows, "verified": all(ok), "when": time.strftime("%Y-%m-%d")})
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

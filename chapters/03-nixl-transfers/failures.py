@@ -14,7 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 from pt215.transport import describe, fetch, pair, publish, quiet_nixl, wait_key
 
 quiet_nixl()
@@ -133,4 +133,4 @@ else:  # early-unregister
     t.close(timeout=TIMEOUT)
 
 report(out)
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

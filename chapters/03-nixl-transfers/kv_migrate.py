@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import report, shutdown
 from pt215.transport import (
     KVConfig,
     decode_step,
@@ -110,4 +110,4 @@ else:
 dist.barrier()                                      # nobody closes while the other may still touch it
 t.close(timeout=TIMEOUT)
 report(result)
-dist.destroy_process_group()
+shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)

@@ -425,7 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         report(result)
     finally:
         if owned:
-            dist.destroy_process_group()
+            from pt215.launch import shutdown
+
+            shutdown()
     return 0 if all(r.correct for r in rows) else 1
 
 

@@ -490,19 +490,19 @@ def init_dist(backend: str = "gloo", timeout_s: float = 60.0) -> tuple[int, int,
 
 
 def teardown() -> None:
-    """End a worker cleanly: every rank reaches a barrier, then the process group is destroyed."""
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    """End a worker cleanly (`pt215.launch.shutdown`: barrier, every rank confirms, then destroy)."""
+    from pt215.launch import shutdown
+
+    shutdown()
 
 
 def launch(script: str, nproc: int = 2, *, args: Sequence[str] = (), timeout: float = 120.0,
-           retries: int = 1, show: bool = True):
-    """`pt215.launch.run` with one retry for the rare gloo abort at teardown (a rank dies with SIGABRT after it
-    has printed everything), no live view; output is printed once, grouped by rank, from the successful attempt."""
+           retries: int = 0, show: bool = True):
+    """`pt215.launch.run` for the chapter's workers: output shown live while they train and printed once, grouped by
+    rank, at the end. The workers end with `teardown()` (`pt215.launch.shutdown`), so no retry is needed."""
     from pt215.launch import run
 
-    return run(script, nproc, args=list(args), timeout=timeout, stream=False, show=show, retries=retries)
+    return run(script, nproc, args=list(args), timeout=timeout, stream=True, show=show, retries=retries)
 
 
 def strip_stride_metadata(checkpoint_dir: str, out_file: str | None = None) -> int:

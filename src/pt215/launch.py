@@ -39,6 +39,7 @@ __all__ = [
     "report",
     "run",
     "running_processes",
+    "shutdown",
 ]
 
 RESULT_DIR_ENV = "PT215_RESULT_DIR"
@@ -106,6 +107,28 @@ def report(obj: Any) -> Any:
     tmp.write_text(text)
     os.replace(tmp, Path(folder) / f"rank{rank}.json")
     return obj
+
+
+def shutdown(timeout_s: float = 60.0) -> None:
+    """End a rank's distributed work cleanly; every multi-rank chapter script ends with it.
+
+    A rank that tears gloo down while a peer is still finishing its last collective can make that peer abort
+    (SIGABRT, "terminate called without an active exception"). So: a barrier on the default group, then every
+    rank confirms through the rendezvous store that it has left that barrier, and only then are all process
+    groups destroyed. Does nothing when no process group is initialised.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"pt215/shutdown/{rank}", "1")
+    store.wait([f"pt215/shutdown/{r}" for r in range(world)], datetime.timedelta(seconds=timeout_s))
+    dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- process bookkeeping
@@ -268,9 +291,18 @@ def _check_args(script: str | os.PathLike, nproc: int, timeout: float, args: Seq
     base = Path(cwd) if cwd is not None else Path.cwd()
     path = Path(script)
     path = path if path.is_absolute() else base / path
-    if not path.is_file():
-        raise FileNotFoundError(f"run(): script {str(script)!r} not found (looked in the folder {base.name!r})")
-    return path
+    if path.is_file():
+        return path
+    if not Path(script).is_absolute() and str(script).endswith(".py"):
+        # A notebook opened on its own (a download, Colab): the chapter scripts ship with pt215.
+        from pt215.book_files import BookFilesError, chapter_script
+
+        try:
+            return chapter_script(Path(script).as_posix())
+        except BookFilesError as e:
+            raise FileNotFoundError(f"run(): script {str(script)!r} not found in the folder {base.name!r}, "
+                                    f"nor among the book's chapter scripts ({e})") from None
+    raise FileNotFoundError(f"run(): script {str(script)!r} not found (looked in the folder {base.name!r})")
 
 
 def _attempt(path: Path, nproc: int, args: Sequence[str], timeout: float, env: Mapping[str, str] | None,

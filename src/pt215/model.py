@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pt215.book_files import book_root
+
 __all__ = [
     "ModelConfig",
     "DecoderLM",
@@ -55,7 +57,7 @@ __all__ = [
     "DATA_DIR",
 ]
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "05-nvfp4-decoding"
+DATA_DIR = book_root() / "data" / "05-nvfp4-decoding"  # a checkout's data/ or the wheel's copy (pt215.book_files)
 """Where the chapter-5 checkpoints and the training corpus live (repo checkout, editable install)."""
 
 PRETRAINED = {"dense": "lm-dense.pt", "moe": "lm-moe.pt"}

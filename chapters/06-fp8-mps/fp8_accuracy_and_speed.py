@@ -1,41 +1,38 @@
-"""Closing-note figures for chapter 6 ("FP8 decoding on Apple Silicon"), measured in one run.
+"""Chapter 6's FP8 measurements in one run: accuracy against bf16, MoE step time, decode matmul time.
 
-    .venv/bin/python chapters/06-fp8-mps/closing_note.py            # CPU, one thread
-    .venv/bin/python chapters/06-fp8-mps/closing_note.py --device mps
+    .venv/bin/python chapters/06-fp8-mps/fp8_accuracy_and_speed.py            # CPU, one thread
+    .venv/bin/python chapters/06-fp8-mps/fp8_accuracy_and_speed.py --device mps
 
-Prints, from one run on this machine:
-  1. FP8 (e4m3) vs bf16 accuracy per scaling on the chapter-5 dense model: mean relative error of the
-     GEMM outputs over its 29 GEMMs (real activations on held-out text) and the W8A8 model's perplexity.
-  2. grouped_mm vs a per-expert loop: time of one MoE feed-forward step (8 experts, top-2, batch 4).
-  3. FP8 scaled_mm vs bf16 matmul time at decode shapes M = 1, 2, 4 (the ratio the chapter quotes).
-Timings are medians of interleaved repetitions; on CPU they use one thread.
+Three measurements, printed as numbered sections:
+
+1. accuracy
+    FP8 (e4m3) vs bf16 per scaling on the chapter-5 dense model: mean relative error of the GEMM outputs over
+    its 29 GEMMs (real activations on held-out text) and the W8A8 model's perplexity. Deterministic.
+2. MoE step time
+    grouped_mm vs a per-expert loop (bf16) and the FP8 loop: time of one MoE feed-forward step (8 experts,
+    top-2, batch 4).
+3. decode matmul time
+    FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4 (the ratio the chapter quotes).
+
+Timings are medians of interleaved repetitions (`pt215.timing.interleaved_medians`); on CPU they use one thread.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
 from pt215 import fp8
 from pt215 import model as lm
+from pt215.timing import interleaved_medians
 
 
 def interleaved(fns: dict, reps: int, device: str) -> dict[str, float]:
     """Median ms of each function, repetitions interleaved so background load hits all of them alike."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for f in fns.values():
-        f()
-    for _ in range(reps):
-        for k, f in fns.items():
-            fp8._sync(device)
-            t0 = time.perf_counter()
-            f()
-            fp8._sync(device)
-            times[k].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+    t = interleaved_medians(fns, iters=reps, warmup=1, sync=lambda: fp8._sync(device))
+    return {k: v * 1e3 for k, v in t.items()}
 
 
 def accuracy() -> None:
@@ -97,11 +94,11 @@ def decode_ratio(device: str, reps: int) -> None:
                   f"({t['rowwise'] / t['bf16']:5.1f}x)")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--reps", type=int, default=11)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.device == "cpu":
         torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -109,7 +106,8 @@ def main() -> None:
     accuracy()
     grouped_vs_loop(a.device, a.reps)
     decode_ratio(a.device, a.reps)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
