@@ -20,6 +20,8 @@ def fake(**kw) -> HardwareReport:
 
 H200 = CudaDevice(0, "NVIDIA H200", (9, 0), 139.8)
 B200 = CudaDevice(1, "NVIDIA B200", (10, 0), 179.0)
+B300 = CudaDevice(0, "NVIDIA B300", (10, 3), 268.0)
+RTX5090 = CudaDevice(0, "NVIDIA GeForce RTX 5090", (12, 0), 31.4)
 
 
 def test_report_describes_this_machine():
@@ -48,6 +50,10 @@ def test_device_names():
         ((H200,), "sm_90", True),
         ((H200,), "sm_100", False),
         ((H200, B200), "sm_100", True),
+        ((RTX5090,), "sm_100", False),  # sm_120 lacks the sm_10x kernels (tcgen05, cuDNN SM100 attention)
+        ((RTX5090,), "sm_90", True),
+        ((B300,), "sm_100", True),
+        ((B200,), "sm_90", True),
     ],
 )
 def test_cuda_gates(devices, need, met):
@@ -91,3 +97,9 @@ def test_unknown_need_is_a_clear_error(bad):
 def test_requires_needs_shows():
     with pytest.raises(ValueError, match="shows"):
         requires("cuda", shows="", hw=fake())
+
+
+def test_sm100_gate_names_the_family():
+    out = io.StringIO()
+    assert requires("sm_100", shows="NVFP4", hw=fake(cuda_devices=(RTX5090,)), file=out) is False
+    assert "sm_10x family" in out.getvalue() and "sm_120" in out.getvalue()

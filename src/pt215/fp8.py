@@ -112,13 +112,18 @@ class FP8Tensor:
 
 
 def quantize(
-    x: torch.Tensor, *, dtype: torch.dtype = torch.float8_e4m3fn, scaling: Scaling = "tensorwise"
+    x: torch.Tensor, *, dtype: torch.dtype = torch.float8_e4m3fn, scaling: Scaling = "tensorwise",
+    check_finite: bool | None = None,
 ) -> FP8Tensor:
     """Quantize a floating-point tensor to FP8 with amax scaling.
 
     tensorwise: one scale `amax(|x|) / fmax` (0-dim fp32). rowwise: one scale per row of a 2-D `x`, shape
     `(rows, 1)`. Values are divided by the scale, clamped to +-fmax (FP8 `fn` formats have no inf), then cast
     (round to nearest even). An all-zero tensor or row gets scale 1.
+
+    `check_finite` rejects inf/nan inputs with a ValueError. Reading that verdict is a device-to-host sync on
+    a GPU or a Mac, so the default (`None`) checks only CPU tensors: on CUDA/MPS nothing in `quantize` waits for
+    the device (a non-finite input there gives a non-finite scale). Pass `True` to check anyway.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -126,7 +131,9 @@ def quantize(
         raise ValueError(f"x must be a float32/bfloat16/float16 tensor, got {x.dtype}")
     _check_fp8_dtype(dtype)
     _check_scaling(scaling)
-    if x.numel() and not bool(torch.isfinite(x).all()):
+    if check_finite is None:
+        check_finite = x.device.type == "cpu"
+    if check_finite and x.numel() and not bool(torch.isfinite(x).all()):
         raise ValueError("x contains inf or nan; FP8 amax scaling needs finite values")
     fmax = torch.finfo(dtype).max
     xf = x.float()
@@ -305,14 +312,37 @@ def moe_grouped(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, *, validat
     return F.grouped_mm(x, w.transpose(-2, -1), offs=offs)
 
 
-def moe_loop(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """Reference for `moe_grouped`: one matmul per non-empty expert, results concatenated in row order."""
+def _bounds(x: torch.Tensor, w: torch.Tensor | Sequence[FP8Tensor], offs: torch.Tensor,
+            bounds: Sequence[int] | None, validate: bool) -> list[int]:
+    """The expert end offsets as Python ints: `bounds` when given (no device read), else `offs.tolist()`."""
+    num_experts = w.shape[0] if isinstance(w, torch.Tensor) else len(w)
+    if validate:
+        _check_moe(x, w, offs)
+    elif offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != num_experts:
+        raise ValueError(f"offs must be int32 with one entry per expert ({num_experts}), got {offs.dtype} "
+                         f"of shape {tuple(offs.shape)}")
+    if bounds is None:
+        return offs.tolist()  # one device-to-host sync on a GPU or a Mac
+    bounds = list(bounds)
+    if len(bounds) != num_experts or not all(isinstance(b, int) for b in bounds):
+        raise ValueError(f"bounds must be {num_experts} Python ints (offs.tolist()), got {bounds!r}")
+    return bounds
+
+
+def moe_loop(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, *, validate: bool = True,
+             bounds: Sequence[int] | None = None) -> torch.Tensor:
+    """Reference for `moe_grouped`: one matmul per non-empty expert, results concatenated in row order.
+
+    A loop needs the expert boundaries on the host: it reads `offs` once (a sync on a GPU or a Mac) unless
+    `bounds` (that read, done once per MoE layer for its three projections) is passed; `validate=False`
+    skips the value checks of `offs` (dtype and shape checks stay on).
+    """
     if w.dim() != 3:
         raise ValueError(f"w must be stacked expert weights (E, N, K), got shape {tuple(w.shape)}")
-    _check_moe(x, w, offs)
+    ends = _bounds(x, w, offs, bounds, validate)
     out = x.new_zeros(x.shape[0], w.shape[1])
     start = 0
-    for e, end in enumerate(offs.tolist()):
+    for e, end in enumerate(ends):
         if end > start:
             out[start:end] = x[start:end] @ w[e].t()
         start = end
@@ -320,19 +350,21 @@ def moe_loop(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tens
 
 
 def moe_loop_fp8(
-    x: torch.Tensor, w: Sequence[FP8Tensor], offs: torch.Tensor, *, out_dtype: torch.dtype = torch.bfloat16
+    x: torch.Tensor, w: Sequence[FP8Tensor], offs: torch.Tensor, *, out_dtype: torch.dtype = torch.bfloat16,
+    validate: bool = True, bounds: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """FP8 experts: one `scaled_matmul` (i.e. `F.scaled_mm`) per non-empty expert.
 
     This is the FP8 MoE path for MPS and CPU: `grouped_mm` takes no FP8, and the FP8 grouped op
-    (`F.scaled_grouped_mm`) is CUDA-only.
+    (`F.scaled_grouped_mm`) is CUDA-only. `validate` and `bounds` as in `moe_loop`: a timed loop reads the
+    boundaries once per layer and passes them to the three projections, exactly as the bf16 loop does.
     """
     if isinstance(w, FP8Tensor) or not all(isinstance(t, FP8Tensor) for t in w):
         raise TypeError("w must be a list of FP8Tensor, one per expert (see quantize_experts)")
-    _check_moe(x, w, offs)
+    ends = _bounds(x, w, offs, bounds, validate)
     out = torch.zeros(x.shape[0], w[0].data.shape[0], dtype=out_dtype, device=x.device)
     start = 0
-    for e, end in enumerate(offs.tolist()):
+    for e, end in enumerate(ends):
         if end > start:
             out[start:end] = scaled_matmul(x[start:end], w[e], out_dtype=out_dtype)
         start = end
@@ -387,11 +419,17 @@ class SeededMoE(nn.Module):
             if self._fp8 is None:
                 raise RuntimeError("call to_fp8() before forward(impl='fp8')")
             q = self._fp8
-            h = F.silu(moe_loop_fp8(xs, q["w_gate"], offs)) * moe_loop_fp8(xs, q["w_up"], offs)
-            y = moe_loop_fp8(h, q["w_down"], offs)
+            ends = offs.tolist()  # one host read per layer, shared by the three projections (as in "loop")
+            h = (F.silu(moe_loop_fp8(xs, q["w_gate"], offs, validate=False, bounds=ends))
+                 * moe_loop_fp8(xs, q["w_up"], offs, validate=False, bounds=ends))
+            y = moe_loop_fp8(h, q["w_down"], offs, validate=False, bounds=ends)
         else:
+            ends = offs.tolist() if impl == "loop" else None
+
             def mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-                return moe_grouped(a, w, offs, validate=False) if impl == "grouped" else moe_loop(a, w, offs)
+                if impl == "grouped":
+                    return moe_grouped(a, w, offs, validate=False)
+                return moe_loop(a, w, offs, validate=False, bounds=ends)
 
             h = F.silu(mm(xs, self.w_gate)) * mm(xs, self.w_up)
             y = mm(h, self.w_down)
@@ -424,22 +462,25 @@ class MoEVariant(nn.Module):
         self.fp8 = ({n: quantize_experts(getattr(moe, n).detach().float(), scaling=scaling)
                      for n in ("w1", "w2", "w3")} if impl == "fp8" else None)
 
-    def _mm(self, x: torch.Tensor, name: str, offs: torch.Tensor) -> torch.Tensor:
+    def _mm(self, x: torch.Tensor, name: str, offs: torch.Tensor, ends: list[int] | None) -> torch.Tensor:
         if self.fp8 is not None:
             out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.bfloat16
-            return moe_loop_fp8(x, self.fp8[name], offs, out_dtype=out_dtype)
+            return moe_loop_fp8(x, self.fp8[name], offs, out_dtype=out_dtype, validate=False, bounds=ends)
         w = getattr(self, name)
         if self.impl == "grouped":
             return moe_grouped(x, w, offs, validate=False)  # no host sync: what pt215.model.MoE does
-        return moe_loop(x, w, offs)
+        return moe_loop(x, w, offs, validate=False, bounds=ends)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         r = route(self.router, x, self.top_k, self.w1.shape[0])
         xs = x[r.token_idx]
-        h = F.silu(self._mm(xs, "w1", r.offs)) * self._mm(xs, "w3", r.offs)
-        y = self._mm(h, "w2", r.offs) * r.weights[:, None].to(x.dtype)
+        # The loops read the expert boundaries once per layer (one host sync, the same for bf16 and FP8);
+        # grouped_mm reads none.
+        ends = None if self.impl == "grouped" else r.offs.tolist()
+        h = F.silu(self._mm(xs, "w1", r.offs, ends)) * self._mm(xs, "w3", r.offs, ends)
+        y = self._mm(h, "w2", r.offs, ends) * r.weights[:, None].to(x.dtype)
         return torch.zeros_like(x).index_add_(0, r.token_idx, y.to(x.dtype)).view(shape)
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-__all__ = ["CudaDevice", "HardwareReport", "report", "requires", "check", "summary"]
+__all__ = ["CudaDevice", "HardwareReport", "report", "requires", "check", "sm_admits", "summary"]
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,9 @@ def _describe(need: str) -> str:
     if m.group(2):
         return f">= {m.group(2)} CUDA GPUs"
     if m.group(3):
-        cc = m.group(3)
+        cc = int(m.group(3))
+        if cc >= 100:
+            return f"a CUDA GPU of the sm_{cc // 10}x family (sm_{cc}+, not a later architecture)"
         return f"a CUDA GPU of compute capability sm_{cc}+"
     if need == "mps":
         return "Apple MPS"
@@ -196,6 +198,20 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
+def sm_admits(need_cc: str | int, capability: tuple[int, int]) -> bool:
+    """Whether a device of `capability` meets the need `sm_<need_cc>` (chapters 5 and 6).
+
+    Up to Hopper a need is a floor: `sm_89` (FP8) and `sm_90` are met by every later GPU. From Blackwell on,
+    the book's kernels are architecture-specific (tcgen05 GEMMs, cuDNN's SM100 attention): `sm_100` is met by
+    the sm_10x family (B200/GB200 10.0, B300 10.3) but not by sm_120 GeForce/RTX PRO cards, which lack them.
+    """
+    cc = int(need_cc)
+    want = (cc // 10, cc % 10)
+    if capability < want:
+        return False
+    return want[0] < 10 or capability[0] == want[0]
+
+
 def _met(need: str, hw: HardwareReport) -> bool:
     m = _NEED.match(need)
     assert m is not None
@@ -205,9 +221,7 @@ def _met(need: str, hw: HardwareReport) -> bool:
     if m.group(2):
         return n >= int(m.group(2))
     if m.group(3):
-        cc = int(m.group(3))
-        want = (cc // 10, cc % 10)
-        return any(d.capability >= want for d in hw.cuda_devices)
+        return any(sm_admits(m.group(3), d.capability) for d in hw.cuda_devices)
     if need == "mps":
         return hw.mps_available
     if m.group(4):

@@ -34,6 +34,8 @@ __all__ = [
     "from_blocked",
     "bits_per_element",
     "fp8_roundtrip",
+    "mm_operands",
+    "scaled_mm",
 ]
 
 BLOCK = 16
@@ -231,3 +233,27 @@ def fp8_roundtrip(w: torch.Tensor, granularity: str = "tensorwise") -> torch.Ten
         raise ValueError(f"granularity must be 'tensorwise' or 'rowwise', got {granularity!r}")
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
     return (wf / scale).to(torch.float8_e4m3fn).float() * scale
+
+
+# ------------------------------------------------------------------------------------ the NVFP4 GEMM call
+def mm_operands(a: NVFP4Tensor, w: NVFP4Tensor) -> tuple[torch.Tensor, ...]:
+    """The six operands of :func:`scaled_mm` for ``a @ w.T``: packed data viewed as ``float4_e2m1fn_x2``,
+    swizzled (``to_blocked``) e4m3 block scales, and the two fp32 per-tensor scales (chapter 5, notebook 3)."""
+    return (a.qdata.view(torch.float4_e2m1fn_x2), w.qdata.view(torch.float4_e2m1fn_x2),
+            to_blocked(a.scale), to_blocked(w.scale), a.per_tensor_scale, w.per_tensor_scale)
+
+
+def scaled_mm(A: torch.Tensor, B: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, ga: torch.Tensor,
+              gb: torch.Tensor) -> torch.Tensor:
+    """``A @ B.T`` in NVFP4 through ``torch.nn.functional.scaled_mm`` (bf16 out): two-level scaling
+    (``BlockWise1x16`` swizzled ``SWIZZLE_32_4_4`` e4m3 scales, then the ``TensorWise`` fp32 scale).
+
+    The call chapter 5's roofline notebook and ``python -m pt215.verify`` make on a Blackwell GPU; on CPU it
+    raises ValueError, on ``meta``/FakeTensor ``cuda`` tensors it runs the shape and dtype checks."""
+    import torch.nn.functional as F
+    from torch.nn.functional import ScalingType, SwizzleType
+
+    two_level = [ScalingType.BlockWise1x16, ScalingType.TensorWise]
+    swz = [SwizzleType.SWIZZLE_32_4_4, SwizzleType.NO_SWIZZLE]
+    return F.scaled_mm(A, B.t(), scale_a=[sa, ga], scale_recipe_a=two_level, scale_b=[sb, gb],
+                       scale_recipe_b=two_level, swizzle_a=swz, swizzle_b=swz, output_dtype=torch.bfloat16)

@@ -104,22 +104,25 @@ def _check_rank(value: Any, name: str) -> int:
 
 
 def control_store(rank: int, *, via: dist.Store | None = None, key: str = "pt215/control_store",
-                  host: str = "127.0.0.1", timeout: float = 30.0) -> dist.TCPStore:
+                  host: str | None = None, timeout: float = 30.0) -> dist.TCPStore:
     """A TCPStore of its own for the transport's control plane (separate from the process group's store).
 
-    Rank 0 hosts it on a free port and announces the port under `key` in `via` (default: the process
-    group's store); other ranks wait at most `timeout` seconds for that key and connect as clients.
+    Rank 0 hosts it on a free port and announces `host:port` under `key` in `via` (default: the process
+    group's store); other ranks wait at most `timeout` seconds for that key and connect as clients. `host` is
+    the address the other ranks reach rank 0 at: by default `MASTER_ADDR` (set by torchrun to rank 0's node,
+    so the store works across nodes), else 127.0.0.1 (one machine).
     """
     _check_rank(rank, "rank")
     _check_timeout(timeout)
     via = dist.distributed_c10d._get_default_store() if via is None else via
     delta = timedelta(seconds=timeout)
     if rank == 0:
-        store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=delta)
-        via.set(key, str(store.port))
+        public = host or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+        store = dist.TCPStore(public, 0, is_master=True, wait_for_workers=False, timeout=delta)
+        via.set(key, f"{public}:{store.port}")
         return store
-    port = int(wait_key(via, key, timeout=timeout).decode())
-    return dist.TCPStore(host, port, is_master=False, timeout=delta)
+    public, _, port = wait_key(via, key, timeout=timeout).decode().rpartition(":")
+    return dist.TCPStore(host or public or "127.0.0.1", int(port), is_master=False, timeout=delta)
 
 
 def pair(peer_rank: int, *, rank: int | None = None, store: dist.Store | None = None,

@@ -1,0 +1,620 @@
+"""`python -m pt215.verify`: run every hardware-gated path of the book that this machine supports (chapters 0-6).
+
+    python -m pt215.verify --list                  # every gated path: id, chapter, needs
+    python -m pt215.verify                         # run what this machine supports, skip the rest, print a table
+    python -m pt215.verify --out run.json          # ... and write the JSON record (data/hardware-runs/README.md)
+    python -m pt215.verify --only ch1.             # only the paths whose id contains "ch1."
+
+Each path runs the code its notebook cell or chapter script runs (the script itself through `pt215.launch.run`,
+or the `pt215` function the cell calls) and asserts on the results. A path whose needs (`pt215.hardware`
+vocabulary) the machine does not meet is skipped with the reason. Paths marked fake CUDA run everywhere: the
+CUDA calls on FakeTensors (`pt215.fake_cuda`), shapes and dtypes checked, no kernel run. Exit code 1 if any
+check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pt215 import fake_cuda, hardware
+from pt215.hardware import HardwareReport
+
+__all__ = ["PATHS", "GatedPath", "Outcome", "machine_record", "main", "run_paths"]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = ROOT / "chapters"
+SCHEMA = 1
+
+
+@dataclass
+class Outcome:
+    """What a passed check measured (`figures`) and, where one applies, the limit it was compared with."""
+
+    figures: dict[str, Any] = field(default_factory=dict)
+    limit: str | None = None
+
+
+@dataclass(frozen=True)
+class GatedPath:
+    """One hardware-gated path of the book: where it is, what it needs, and the check that runs it."""
+
+    id: str
+    chapter: int
+    title: str
+    where: str                      # the page or script, relative to the repository root
+    needs: tuple[str, ...]          # pt215.hardware needs; () = runs everywhere (fake CUDA)
+    check: Callable[[], Outcome]
+    fake: bool = False              # True: FakeTensor CUDA, no kernel runs
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def _chapter(name: str) -> Path:
+    folder = CHAPTERS / name
+    if not folder.is_dir():
+        raise FileNotFoundError(f"chapter folder {name!r} not found next to the pt215 sources (run from a "
+                                "checkout of the book)")
+    return folder
+
+
+def _launch(chapter: str, script: str, nproc: int, args: Sequence[str] = (), timeout: float = 180,
+            env: dict[str, str] | None = None):
+    from pt215.launch import run
+
+    return run(script, nproc=nproc, args=list(args), timeout=timeout, env=env, cwd=_chapter(chapter),
+               stream=False, show=False)
+
+
+def _ngpu(cap: int | None = None) -> int:
+    n = torch.cuda.device_count()
+    return n if cap is None else min(cap, n)
+
+
+_SHARED: dict[str, Any] = {}
+
+
+def _once(key: str, fn: Callable[[], Any]) -> Any:
+    """Run `fn` once per verify run (several paths check one launch of the same script)."""
+    if key not in _SHARED:
+        _SHARED[key] = fn()
+    return _SHARED[key]
+
+
+def _no_error(text: str, what: str) -> None:
+    assert not text.split(":")[0].endswith(("Error", "Exception")), f"{what}: {text}"
+
+
+# --------------------------------------------------------------------------------------- chapter 0 and 1
+
+
+def ch0_gpus() -> Outcome:
+    hw = hardware.report()
+    assert hw.cuda_devices and all(d.memory_gib > 0 for d in hw.cuda_devices)
+    return Outcome({"gpus": [f"{d.name} ({d.sm})" for d in hw.cuda_devices]})
+
+
+def ch1_collectives() -> Outcome:
+    n = _ngpu(4)
+    nccl = _launch("01-collectives-nccl2", "collectives.py", n, ["--backend", "nccl"]).results
+    gloo = _launch("01-collectives-nccl2", "collectives.py", n, ["--backend", "gloo"]).results
+    names = [k for k in gloo[0]["ops"] if k != "reduce"]
+    differ = [k for k in names if any(nccl[r]["ops"][k] != gloo[r]["ops"][k] for r in range(n))]
+    assert not differ, f"nccl and gloo disagree on {differ}"
+    return Outcome({"ranks": n, "collectives compared with gloo": len(names)})
+
+
+def ch1_eager_init() -> Outcome:
+    n = _ngpu()
+    rows = {}
+    for backend, lazy in (("nccl-legacy", True), ("nccl-legacy", False), ("nccl", False)):
+        args = ["--backend", backend, *(["--lazy"] if lazy else [])]
+        r = _launch("01-collectives-nccl2", "eager_init.py", n, args).results[0]
+        assert r["sum"] == n, r
+        rows[f"{backend} {'lazy' if lazy else 'eager'}"] = {k: round(r[k], 3) for k in ("init_ms", "first_ms")}
+    return Outcome(rows)
+
+
+def _nccl_only() -> dict:
+    res = _launch("01-collectives-nccl2", "nccl_only.py", _ngpu(), ["--backend", "nccl"]).results
+    return res[0]
+
+
+def ch1_time_estimator() -> Outcome:
+    r = _once("nccl_only", _nccl_only)
+    _no_error(r["_time_estimator"], "_time_estimator")
+    assert "tensor untouched: True" in r["_time_estimator"], r["_time_estimator"]
+    return Outcome({"_time_estimator": r["_time_estimator"], "backend class": r["backend class"]})
+
+
+def ch1_tensor_alloc() -> Outcome:
+    r = _once("nccl_only", _nccl_only)
+    for key in ("allocate_tensor", "mem_allocator + pool"):
+        _no_error(r[key], key)
+    n = _ngpu()
+    assert r["allocate_tensor"].endswith(f"-> {n * (n + 1) // 2}"), r["allocate_tensor"]
+    return Outcome({k: r[k] for k in ("supports_tensor_alloc", "allocate_tensor", "mem_allocator + pool")})
+
+
+def ch1_shrink_group() -> Outcome:
+    r = _once("nccl_only", _nccl_only)
+    _no_error(r["shrink_group"], "shrink_group")
+    n = _ngpu()
+    assert r["shrink_group"].startswith(f"new size {n - 1}"), r["shrink_group"]
+    return Outcome({"shrink_group": r["shrink_group"]})
+
+
+def ch1_busbw() -> Outcome:
+    n = _ngpu()
+    figures, limit = {}, None
+    for backend in ("nccl", "nccl-legacy"):
+        o = _launch("01-collectives-nccl2", "bandwidth.py", n, ["--backend", backend, "-b", "1M", "-e", "256M",
+                                                                "--memcpy-bytes", "1G", "--rounds", "2"],
+                    timeout=300).results[0]
+        big = o["rows"][-1]
+        assert big["busbw"] > 0
+        link = o["link"]
+        figures[backend] = {"busbw_GBps at 256 MiB": round(big["busbw"], 1), "link": link}
+        if link and link["GBps"]:
+            assert big["busbw"] <= 1.05 * link["GBps"], f"busbw {big['busbw']:.0f} above the link peak {link}"
+            limit = f"{link['kind']}: {link['GBps']:g} GB/s per direction ({link['how']})"
+    return Outcome(figures, limit)
+
+
+# ------------------------------------------------------------------------------------------- chapter 2
+
+
+def _hang_nccl(extra: Sequence[str], env: dict[str, str] | None) -> Outcome:
+    from pt215 import flight
+    from pt215.launch import LaunchError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            _launch("02-flight-recorder", "hang_lab.py", 2, ["--case", "skip", "--backend", "nccl", "--timeout",
+                                                             "10", "--dump-dir", tmp, *extra], timeout=120, env=env)
+        except LaunchError as e:  # NCCL may abort a rank after the dump; the dumps are what is checked
+            print(f"  (launch ended with {type(e).__name__})")
+        files = sorted(p.name for p in Path(tmp).iterdir() if p.is_file() and p.name.startswith("rank_"))
+        assert files == ["rank_0", "rank_1"], f"dump files: {files}"
+        diag = flight.diagnose(tmp, allow_incomplete=True)
+        assert not diag.healthy, diag.summary()
+        return Outcome({"dump files": files, "verdict": diag.verdict()})
+
+
+def ch2_fr_autodump() -> Outcome:
+    return _hang_nccl([], {"TORCH_FR_DUMP_ON_TIMEOUT": "1"})
+
+
+def ch2_fr_py_watchdog() -> Outcome:
+    return _hang_nccl(["--py-watchdog"], None)
+
+
+# ------------------------------------------------------------------------------------------- chapter 3
+
+
+def ch3_api_tour() -> Outcome:
+    res = _launch("03-nixl-transfers", "api_tour.py", 2, ["--store", "tcp"], timeout=150).results
+    r0, r1 = res[0], res[1]
+    assert r1["inbox"] == [8.0, 9.0, 10.0, 11.0] + [float(i) for i in range(4, 16)]
+    assert r0["gathered"] == [-(200.0 + i) for i in range(16)]
+    return Outcome({"ranks": 2, "inbox": len(r1["inbox"])})
+
+
+def ch3_kv_migrate() -> Outcome:
+    res = _launch("03-nixl-transfers", "kv_migrate.py", 2, ["--layers", "8", "--heads", "8", "--head-dim", "32",
+                                                            "--seq", "512"], timeout=150).results
+    dec = next(r for r in res.values() if "bit_exact" in r)
+    assert dec["bit_exact"] and dec["same_output"] and dec["mib"] == 8, dec
+    return Outcome({"MiB": dec["mib"], "bit_exact": dec["bit_exact"]})
+
+
+def ch3_cuda_stream_write() -> Outcome:
+    """The 3.1 GPU cell: a CUDA-to-CUDA NIXL write ordered on a side stream, then replayed from a CUDA graph."""
+    from torch.distributed._transport import new_transport
+
+    a, b = new_transport("nixl", "cuda"), new_transport("nixl", "cuda")
+    a.connect(b.bind())
+    b.connect(a.bind())
+    src = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    dst = torch.zeros_like(src)
+    src_mem, dst_mem = a.register_memory(src), b.register_memory(dst)
+    remote = dst_mem.to_remote_buffer()
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())  # src and dst were made on the default stream
+        with torch.cuda.stream(stream):
+            src.mul_(2)
+            a.write_stream(src_mem.to_view(), remote, timeout=30)
+            total = dst.sum()
+        stream.synchronize()
+        assert torch.equal(dst, src) and total.item() == src.sum().item()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            src.add_(1)
+            a.write_stream(src_mem.to_view(), remote, timeout=30)
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(dst, src) and dst[0].item() == 3.0
+        return Outcome({"MiB": 4, "graph replays": 3})
+    finally:
+        torch.cuda.synchronize()
+        a.close(timeout=30)
+        b.close(timeout=30)
+
+
+# ------------------------------------------------------------------------------------------- chapter 4
+
+
+def ch4_fsdp_override() -> Outcome:
+    res = _launch("04-fsdp2-precision", "fsdp_override.py", 2, ["--backend", "nccl"], timeout=150).results
+    assert sorted(res) == [0, 1]
+    return Outcome({"ranks": 2})
+
+
+def ch4_fsdp_cuda_graph() -> Outcome:
+    r = _launch("04-fsdp2-precision", "fsdp_cuda_graph.py", 2, ["--micro", "4"], timeout=300).results[0]
+    assert all(c == 1 for c in r["reduce_scatter"].values()), r["reduce_scatter"]
+    assert r["rel_diff"] < 1e-3, r["rel_diff"]
+    return Outcome({"rel_diff": r["rel_diff"]}, "relative difference to eager accumulation < 1e-3")
+
+
+# ------------------------------------------------------------------------------------------- chapter 5
+
+
+def _nvfp4_operands():
+    from pt215 import nvfp4
+
+    g = torch.Generator().manual_seed(0)
+    qa = nvfp4.quantize(torch.randn(16, 512, generator=g))
+    qw = nvfp4.quantize(torch.randn(256, 512, generator=g) * 0.02)
+    return nvfp4.mm_operands(qa, qw), qa.dequantize() @ qw.dequantize().T
+
+
+def ch5_nvfp4() -> Outcome:
+    from pt215 import nvfp4
+
+    args, ref = _nvfp4_operands()
+    out = nvfp4.scaled_mm(*[t.cuda() for t in args]).float().cpu()
+    err = ((out - ref).norm() / ref.norm()).item()
+    assert err < 2e-2, err
+    return Outcome({"relative error": err}, "relative error < 2e-2 (bf16 output)")
+
+
+def ch5_nvgemm() -> Outcome:
+    """Compile the NVFP4 GEMM with NVGEMM allowed and report which kernels actually ran (the profiler)."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import ensure_nv_universal_gemm_available
+    from torch.profiler import ProfilerActivity, profile
+
+    from pt215 import nvfp4
+
+    args, ref = _nvfp4_operands()
+    cuda_args = [t.cuda() for t in args]
+    if not ensure_nv_universal_gemm_available():
+        raise _Skip("nvidia-cutlass-operators / nvidia-cutlass-dsl not installed: Inductor cannot consider NVGEMM")
+    torch._dynamo.reset()
+    with inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,TRITON,NVGEMM"):
+        compiled = torch.compile(nvfp4.scaled_mm)
+        out = compiled(*cuda_args)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = compiled(*cuda_args)
+            torch.cuda.synchronize()
+    kernels = sorted({e.key for e in prof.key_averages() if e.device_type.name == "CUDA"})
+    err = ((out.float().cpu() - ref).norm() / ref.norm()).item()
+    assert err < 2e-2, err
+    return Outcome({"relative error": err, "CUDA kernels": kernels,
+                    "NVGEMM kernel ran": any("cutlass" in k.lower() or "nvgemm" in k.lower() for k in kernels)})
+
+
+def ch5_paged_attention() -> Outcome:
+    """The 5.4 GPU cell: causal paged GQA decode through varlen_attn vs the CPU reference; which backend ran."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    from pt215.attention import PagePool, paged_attention_reference
+
+    torch.manual_seed(0)
+    pool = PagePool(num_pages=8, page_size=256, n_kv_heads=2, head_dim=64, dtype=torch.bfloat16)
+    ids = [pool.add_sequence() for _ in range(3)]
+    for s, n in zip(ids, (300, 700, 90), strict=True):
+        pool.append(s, torch.randn(n, 2, 64).bfloat16(), torch.randn(n, 2, 64).bfloat16())
+    bt, su = pool.block_table(ids), pool.seqused_k(ids)
+    cu = torch.arange(4, dtype=torch.int32)
+    q = torch.randn(3, 8, 64).bfloat16()
+    ref = paged_attention_reference(q, pool.k, pool.v, cu, bt, su, window_size=(-1, 0)).float()
+    with profile_kernels() as kernels:
+        real = varlen_attn(q.cuda(), pool.k.cuda(), pool.v.cuda(), cu.cuda(), None, 1, int(su.max()),
+                           window_size=(-1, 0), enable_gqa=True, seqused_k=su.cuda(), block_table=bt.cuda())
+        torch.cuda.synchronize()
+    err = (real.float().cpu() - ref).abs().max().item()
+    assert err < 3e-2, err
+    return Outcome({"max abs error": err, "CUDA kernels": kernels}, "max abs error < 3e-2 (bf16)")
+
+
+class profile_kernels:  # noqa: N801 - used as a context manager
+    """Collect the names of the CUDA kernels run inside the block (a list filled on exit)."""
+
+    def __enter__(self) -> list[str]:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.names: list[str] = []
+        self.prof = profile(activities=[ProfilerActivity.CUDA])
+        self.prof.__enter__()
+        return self.names
+
+    def __exit__(self, *exc: object) -> None:
+        self.prof.__exit__(*exc)
+        self.names.extend(sorted({e.key for e in self.prof.key_averages() if e.device_type.name == "CUDA"}))
+
+
+# ------------------------------------------------------------------------------------------- chapter 6
+
+
+def _fp8_vs_cpu(device: str) -> Outcome:
+    from pt215 import fp8
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(64, 256, generator=g), torch.randn(128, 256, generator=g) * 0.05
+    figures = {}
+    for sc in ("tensorwise", "rowwise"):
+        q = fp8.quantize(w, scaling=sc)
+        qd = fp8.FP8Tensor(q.data.to(device), q.scale.to(device), sc)
+        for m in (1, 4, 64):
+            y_dev = fp8.scaled_matmul(x[:m].to(device), qd, out_dtype=torch.float32).cpu()
+            y_cpu = fp8.scaled_matmul(x[:m], q, out_dtype=torch.float32)
+            err = fp8.rel_error(y_cpu, y_dev)
+            assert err < 2e-2, (sc, m, err)
+            figures[f"{sc} M={m}"] = err
+    return Outcome(figures, f"relative difference to the CPU reference < 2e-2 ({device})")
+
+
+def ch6_fp8_cuda() -> Outcome:
+    return _fp8_vs_cpu("cuda")
+
+
+def ch6_fp8_mps() -> Outcome:
+    out = _fp8_vs_cpu("mps")
+    e5 = torch.zeros(16, 16).to(torch.float8_e5m2)
+    try:
+        e5.to("mps")
+        out.figures["e5m2 tensor on MPS"] = "created"
+    except (RuntimeError, TypeError) as e:
+        out.figures["e5m2 tensor on MPS"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    return out
+
+
+def ch6_moe_mps() -> Outcome:
+    from pt215 import fp8
+
+    layer = fp8.SeededMoE(256, 512, 8, 2, seed=0)
+    layer.to_fp8()
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(0)).bfloat16()
+    ref = layer(x, "loop").float()
+    layer_mps = fp8.SeededMoE(256, 512, 8, 2, seed=0).to("mps")
+    layer_mps.to_fp8()
+    figures = {}
+    for impl in ("grouped", "loop", "fp8"):
+        y = layer_mps(x.to("mps"), impl).float().cpu()
+        figures[impl] = fp8.rel_error(ref, y)
+        assert figures[impl] < (5e-2 if impl == "fp8" else 2e-2), (impl, figures[impl])
+    return Outcome(figures, "relative difference to the CPU bf16 loop < 2e-2 (bf16), < 5e-2 (FP8)")
+
+
+def ch6_mps_streams() -> Outcome:
+    a = torch.randn(256, 256, device="mps")
+    s1, s2 = torch.mps.Stream(), torch.mps.Stream()
+    with torch.mps.stream(s1):
+        r1 = torch.tanh(a @ a)
+    with torch.mps.stream(s2):
+        r2 = torch.tanh(a @ a)
+    torch.mps.synchronize()
+    assert torch.allclose(r1, r2)
+    return Outcome({"streams": 2})
+
+
+# ------------------------------------------------------------------------------------------- registry
+
+
+class _Skip(Exception):  # noqa: N818 - a check found a missing optional package: skipped, not failed
+    """Raised by a check when an optional package its path needs is absent."""
+
+
+def _fake(check: Callable[[], dict]) -> Callable[[], Outcome]:
+    return lambda: Outcome(check())
+
+
+_C1, _C2, _C3 = "chapters/01-collectives-nccl2", "chapters/02-flight-recorder", "chapters/03-nixl-transfers"
+_C4, _C5, _C6 = "chapters/04-fsdp2-precision", "chapters/05-nvfp4-decoding", "chapters/06-fp8-mps"
+PATHS: tuple[GatedPath, ...] = (
+    GatedPath("ch0.cuda-devices", 0, "the GPUs the machine report lists", "chapters/00-before-you-start/"
+              "01-environment.md", ("cuda",), ch0_gpus),
+    GatedPath("ch1.collectives-nccl", 1, "the collectives tour on NCCL, equal to gloo element by element",
+              f"{_C1}/collectives.py", ("cuda>=2", "nccl"), ch1_collectives),
+    GatedPath("ch1.eager-init", 1, "first all_reduce: nccl-legacy lazy vs eager vs NCCL2 (always eager)",
+              f"{_C1}/eager_init.py", ("cuda>=2", "nccl"), ch1_eager_init),
+    GatedPath("ch1.time-estimator", 1, "dist._time_estimator on NCCL2", f"{_C1}/nccl_only.py",
+              ("cuda>=2", "nccl"), ch1_time_estimator),
+    GatedPath("ch1.tensor-alloc", 1, "allocate_tensor and a MemPool registered with the communicator",
+              f"{_C1}/nccl_only.py", ("cuda>=2", "nccl"), ch1_tensor_alloc),
+    GatedPath("ch1.shrink-group", 1, "shrink_group of a sub-group without the last rank", f"{_C1}/nccl_only.py",
+              ("cuda>=2", "nccl"), ch1_shrink_group),
+    GatedPath("ch1.busbw", 1, "all_reduce busbw of nccl and nccl-legacy against the link's peak",
+              f"{_C1}/bandwidth.py", ("cuda>=2", "nccl"), ch1_busbw),
+    GatedPath("ch2.fr-nccl-autodump", 2, "NCCL flight-recorder dumps on timeout from every rank",
+              f"{_C2}/hang_lab.py", ("cuda>=2", "nccl"), ch2_fr_autodump),
+    GatedPath("ch2.fr-nccl-py-watchdog", 2, "Python-watchdog dumps of the nccl2 ring buffer",
+              f"{_C2}/hang_lab.py", ("cuda>=2", "nccl"), ch2_fr_py_watchdog),
+    GatedPath("ch3.nixl-api-tour", 3, "NIXL one-sided reads and writes between two processes",
+              f"{_C3}/api_tour.py", ("nixl",), ch3_api_tour),
+    GatedPath("ch3.nixl-kv-migrate", 3, "an 8-layer KV cache pulled one-sided, bit-exact", f"{_C3}/kv_migrate.py",
+              ("nixl",), ch3_kv_migrate),
+    GatedPath("ch3.nixl-cuda-stream", 3, "a VRAM-to-VRAM NIXL write ordered on a stream and in a CUDA graph",
+              f"{_C3}/03-1-one-sided-api.md", ("cuda", "nixl"), ch3_cuda_stream_write),
+    GatedPath("ch4.fsdp-override-nccl", 4, "FSDP2 per-parameter dtypes and counts on nccl",
+              f"{_C4}/fsdp_override.py", ("cuda>=2", "nccl"), ch4_fsdp_override),
+    GatedPath("ch4.fsdp-cuda-graph", 4, "a captured FSDP2 microbatch replayed for accumulation",
+              f"{_C4}/fsdp_cuda_graph.py", ("cuda>=2", "nccl"), ch4_fsdp_cuda_graph),
+    GatedPath("ch5.nvfp4-scaled-mm", 5, "F.scaled_mm NVFP4 vs the dequantized reference",
+              f"{_C5}/05-3-roofline.md", ("sm_100",), ch5_nvfp4),
+    GatedPath("ch5.nvgemm", 5, "the NVFP4 GEMM compiled with NVGEMM allowed, and which kernel ran",
+              f"{_C5}/05-3-roofline.md", ("sm_100",), ch5_nvgemm),
+    GatedPath("ch5.paged-attention", 5, "causal paged GQA decode through varlen_attn vs the reference",
+              f"{_C5}/05-4-paged-attention.md", ("sm_90",), ch5_paged_attention),
+    GatedPath("ch5.fake-nvfp4", 5, "the NVFP4 scaled_mm call on fake CUDA tensors", f"{_C5}/05-3-roofline.md",
+              (), _fake(fake_cuda.check_nvfp4_scaled_mm), fake=True),
+    GatedPath("ch5.fake-varlen", 5, "varlen_attn paged GQA: argument checks and backend choice per GPU",
+              f"{_C5}/05-4-paged-attention.md", (), _fake(fake_cuda.check_varlen_paged_gqa), fake=True),
+    GatedPath("ch6.fp8-cuda", 6, "CUDA FP8 scaled_mm, tensorwise and rowwise, vs the CPU reference",
+              f"{_C6}/06-fp8-scaled-mm.md", ("cuda", "sm_89"), ch6_fp8_cuda),
+    GatedPath("ch6.fp8-mps", 6, "MPS FP8 scaled_mm vs the CPU reference; e5m2 on MPS",
+              f"{_C6}/06-fp8-scaled-mm.md", ("mps", "macos>=15"), ch6_fp8_mps),
+    GatedPath("ch6.moe-mps", 6, "MoE experts (grouped_mm, bf16 loop, FP8 loop) on MPS vs CPU",
+              f"{_C6}/06-moe-decode-streams.md", ("mps", "macos>=15"), ch6_moe_mps),
+    GatedPath("ch6.mps-streams", 6, "two MPS streams give the same result", f"{_C6}/06-moe-decode-streams.md",
+              ("mps", "macos>=15"), ch6_mps_streams),
+    GatedPath("ch6.fake-fp8", 6, "FP8 scaled_mm tensorwise/rowwise on fake CUDA (pt215.fp8.scaled_matmul)",
+              f"{_C6}/06-fp8-scaled-mm.md", (), _fake(fake_cuda.check_fp8_scaled_mm), fake=True),
+    GatedPath("ch6.fake-scaled-mm-layout", 6, "torch._scaled_mm rejects a row-major mat2 on CUDA",
+              f"{_C6}/06-fp8-scaled-mm.md", (), _fake(fake_cuda.check_torch_scaled_mm_layout), fake=True),
+    GatedPath("ch6.fake-grouped-mm", 6, "F.grouped_mm with int32 offsets on fake CUDA",
+              f"{_C6}/06-moe-decode-streams.md", (), _fake(fake_cuda.check_grouped_mm), fake=True),
+    GatedPath("ch6.fake-no-host-sync", 6, "the FP8 decode path reads no device value per call",
+              f"{_C6}/06-moe-decode-streams.md", (), _fake(fake_cuda.check_no_host_sync), fake=True),
+)
+
+
+# ------------------------------------------------------------------------------------------- running
+
+
+def machine_record(hw: HardwareReport) -> dict[str, Any]:
+    """The machine part of a record: versions, GPUs with capabilities, macOS (data/hardware-runs/README.md)."""
+    driver = None
+    if hw.cuda_devices:
+        try:
+            import subprocess
+
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=30).stdout.split()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            driver = None
+    return {
+        "torch": hw.torch, "cuda": hw.torch_cuda, "driver": driver, "nccl": hw.nccl, "cudnn": hw.cudnn,
+        "python": hw.python, "platform": f"{hw.platform} {hw.machine}", "macos": hw.macos,
+        "mps": hw.mps_available, "nixl": hw.nixl, "summary": hw.short(),
+        "gpus": [{"name": d.name, "capability": d.sm, "memory_gib": round(d.memory_gib, 1)}
+                 for d in hw.cuda_devices],
+    }
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def run_paths(paths: Sequence[GatedPath], hw: HardwareReport | None = None, *, echo: bool = True
+              ) -> list[dict[str, Any]]:
+    """Run (or skip) each path; return one result dict per path (status passed / failed / skipped)."""
+    hw = hw or hardware.report()
+    results = []
+    _SHARED.clear()
+    for p in paths:
+        row: dict[str, Any] = {"id": p.id, "chapter": p.chapter, "title": p.title, "where": p.where,
+                               "needs": list(p.needs), "mode": fake_cuda.MODE if p.fake else "real"}
+        missing = hardware.check(*p.needs, hw=hw) if p.needs else []
+        if missing:
+            row.update(status="skipped", reason="needs " + " and ".join(hardware._describe(n) for n in missing)
+                       + f"; this machine: {hw.short()}")
+            results.append(row)
+            continue
+        t0 = time.perf_counter()
+        try:
+            out = p.check()
+            row.update(status="passed", figures=_jsonable(out.figures), limit=out.limit)
+        except _Skip as e:
+            row.update(status="skipped", reason=str(e))
+        except Exception as e:  # noqa: BLE001 - every failure is recorded, the run goes on
+            lines = traceback.format_exception_only(type(e), e)
+            row.update(status="failed", reason="".join(lines).strip().splitlines()[0][:500])
+            if echo:
+                traceback.print_exc(file=sys.stderr)
+        row["seconds"] = round(time.perf_counter() - t0, 2)
+        results.append(row)
+        if echo:
+            print(f"  {p.id}: {row['status']}", file=sys.stderr, flush=True)
+    return results
+
+
+def status_text(row: dict[str, Any]) -> str:
+    """`passed`, `passed (fake CUDA: ...)`, `skipped: reason` or `FAILED: reason`."""
+    if row["status"] == "passed":
+        return "passed" + (f" ({row['mode']})" if row.get("mode", "real") != "real" else "")
+    if row["status"] == "skipped":
+        return f"skipped: {row['reason']}"
+    return f"FAILED: {row['reason']}"
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    width = max(len(r["id"]) for r in rows)
+    lines = [f"{'path':<{width}}  ch  status", f"{'-' * width}  --  ------"]
+    lines += [f"{r['id']:<{width}}  {r['chapter']:>2}  {status_text(r)}" for r in rows]
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("passed", "failed", "skipped")}
+    lines.append(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
+    return "\n".join(lines)
+
+
+def _select(only: str | None) -> list[GatedPath]:
+    paths = [p for p in PATHS if only is None or only in p.id]
+    if not paths:
+        raise SystemExit(f"--only {only!r} matches no gated path; see --list")
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m pt215.verify`; returns the exit code (1 if any check failed)."""
+    p = argparse.ArgumentParser(prog="python -m pt215.verify", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--list", action="store_true", help="list every gated path with its chapter and needs")
+    p.add_argument("--out", type=Path, help="write the JSON record of this run to this file")
+    p.add_argument("--only", help="run only the paths whose id contains this text (e.g. ch5. or fake)")
+    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    paths = _select(a.only)
+    if a.list:
+        width = max(len(x.id) for x in paths)
+        for x in paths:
+            needs = ", ".join(x.needs) or "nothing (fake CUDA)"
+            print(f"{x.id:<{width}}  ch{x.chapter}  needs {needs:<20}  {x.title}")
+        print(f"{len(paths)} gated paths")
+        return 0
+    hw = hardware.report()
+    print(f"pt215.verify on {hw.short()}, torch {hw.torch}", flush=True)
+    started = _dt.datetime.now(_dt.UTC)
+    t0 = time.perf_counter()
+    rows = run_paths(paths, hw)
+    print(format_table(rows))
+    if a.out is not None:
+        record = {
+            "schema": SCHEMA, "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": "python -m pt215.verify " + shlex.join(list(sys.argv[1:] if argv is None else argv)),
+            "seconds": round(time.perf_counter() - t0, 1), "machine": machine_record(hw), "checks": rows,
+        }
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"record written to {a.out.name}")
+    return 1 if any(r["status"] == "failed" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
