@@ -65,16 +65,25 @@ def page_stamp(srcdir: Path, pagename: str) -> tuple[str | None, list[str]]:
     return needs, stamps
 
 
+def _one_stamp(stamps: list[str]) -> str | None:
+    """One line for a chapter page's "notebook: torch · hardware · date" stamps when torch and hardware agree
+    (dates become a range), else None (one line per notebook)."""
+    if len(stamps) == 1:
+        return stamps[0] if ": " not in stamps[0] or " · " not in stamps[0] else stamps[0].split(": ", 1)[1]
+    bodies = [s.split(": ", 1)[-1].rsplit(" · ", 1) for s in stamps]
+    if any(len(b) != 2 for b in bodies) or len({b[0] for b in bodies}) != 1:
+        return None
+    dates = sorted({b[1] for b in bodies})
+    return f"{bodies[0][0]} · " + (dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}")
+
+
 def _badge_html(needs: str | None, stamps: list[str]) -> str:
     parts = []
     if needs:
         parts.append(f'<span class="pt215-badge pt215-needs" title="What this page needs">'
                      f"Hardware: {html.escape(str(needs))}</span>")
     if stamps:
-        if len(stamps) == 1:
-            body = html.escape(stamps[0])
-        else:
-            body = "<br>".join(html.escape(s) for s in stamps)
+        body = html.escape(_one_stamp(stamps)) if _one_stamp(stamps) else "<br>".join(html.escape(s) for s in stamps)
         parts.append(f'<span class="pt215-badge pt215-verified" title="Reference outputs produced by '
                      f'scripts/regen.py on this configuration">Last verified: {body}</span>')
     if not parts:
@@ -82,10 +91,39 @@ def _badge_html(needs: str | None, stamps: list[str]) -> str:
     return '<div class="pt215-badges">' + "".join(parts) + "</div>"
 
 
+_TABLE = re.compile(r"<table\b.*?</table>", re.S)
+_TH = re.compile(r"<th\b[^>]*>(.*?)</th>", re.S)
+_TBODY = re.compile(r"<tbody>(.*?)</tbody>", re.S)
+_TR = re.compile(r"<tr\b[^>]*>.*?</tr>", re.S)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def label_table_cells(body: str) -> str:
+    """Give each body cell of a headed table `data-label="<its column's header>"`, so the CSS can stack the
+    table on a phone with every value still labelled."""
+
+    def one_table(m: re.Match[str]) -> str:
+        table = m.group(0)
+        head = table.split("<tbody>", 1)[0]
+        labels = [html.escape(html.unescape(_TAG.sub("", t)).strip(), quote=True) for t in _TH.findall(head)]
+        if not labels:
+            return table
+
+        def one_row(r: re.Match[str]) -> str:
+            parts = r.group(0).split("<td")
+            cells = [f'<td data-label="{labels[i]}"{p}' if i < len(labels) and labels[i] else f"<td{p}"
+                     for i, p in enumerate(parts[1:])]
+            return parts[0] + "".join(cells)
+
+        return _TBODY.sub(lambda b: "<tbody>" + _TR.sub(one_row, b.group(1)) + "</tbody>", table)
+
+    return _TABLE.sub(one_table, body)
+
+
 def _on_page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
     if "body" not in context:
         return
-    context["body"] = _EMPTY_OUTPUT.sub("", context["body"])
+    context["body"] = label_table_cells(_EMPTY_OUTPUT.sub("", context["body"]))
     needs, stamps = page_stamp(Path(app.srcdir), pagename)
     badge = _badge_html(needs, stamps)
     if not badge:
@@ -95,6 +133,110 @@ def _on_page_context(app, pagename: str, templatename: str, context: dict, doctr
     context["body"] = body[: m.end()] + badge + body[m.end():] if m else badge + body
 
 
+# What a page needs, recognised in its rendered body (MathJax: Sphinx math nodes or TeX delimiters left in
+# notebook outputs; the widget manager: embedded ipywidgets state or views).
+_HAS_MATH = re.compile(r'class="math|\\\(|\\\[|\$\$')
+_HAS_WIDGETS = re.compile(r"application/vnd\.jupyter\.widget-(?:view|state)\+json")
+
+
+def _keep_own_static_files(app, config) -> None:
+    """JB1 puts every .js/.css under every html_static_path folder on every page: keep only `_static`'s.
+
+    `_vendor/` (MathJax with its lazily loaded parts, require.js, the widget manager) is only copied; Sphinx's
+    math extension and myst-nb add the entry scripts to the pages that need them.
+    """
+    own = Path(app.srcdir) / "_static"
+
+    def mine(entry: Any) -> bool:
+        name = entry[0] if isinstance(entry, (tuple, list)) else entry
+        return not isinstance(name, str) or "://" in name or (own / name).is_file()
+
+    for key in ("html_js_files", "html_css_files"):
+        entries = [e for e in config[key] if mine(e)]
+        config[key] = [e for i, e in enumerate(entries) if e not in entries[:i]]
+
+
+def _script_key(script: Any) -> tuple[str, str, str]:
+    attrs = getattr(script, "attributes", {}) or {}
+    name = getattr(script, "filename", script)  # Sphinx 7.4's _JavaScript (older Sphinx: a str subclass)
+    return (str(name or ""), str(attrs.get("body", "")), str(attrs.get("type", "")))
+
+
+def _page_scripts(app, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Each script once (a second `const THEBE_JS_URL` is a SyntaxError); MathJax and the widget manager only
+    on the pages whose body uses them."""
+    scripts = context.get("script_files")
+    body = context.get("body", "")
+    if scripts is None:
+        return
+    math, widgets = bool(_HAS_MATH.search(body)), bool(_HAS_WIDGETS.search(body))
+    seen: set[tuple[str, str, str]] = set()
+    kept = []
+    for script in scripts:
+        key = _script_key(script)
+        if key in seen:
+            continue
+        seen.add(key)
+        src, inline = key[0].lower(), key[1]
+        if not math and ("mathjax" in src or "window.MathJax" in inline):
+            continue
+        if not widgets and (src.endswith(("require.js", "embed-amd.js")) or "widget-state+json" in key[2]):
+            continue
+        kept.append(script)
+    scripts[:] = kept
+
+
+def figure_alt_texts(notebook: Path) -> dict[str, str]:
+    """{sha256 of a PNG output: its alt text} for the figures of a notebook shown with `pt215.figures.show`.
+
+    myst-nb names each image file after the sha256 of its bytes and reads no alt text from outputs; this is the
+    bridge. The alt text is the output metadata's `alt` (`pt215.figures.show` writes it next to the PNG).
+    """
+    import base64
+    import hashlib
+
+    found: dict[str, str] = {}
+    for cell in json.loads(notebook.read_text(encoding="utf-8")).get("cells", []):
+        for out in cell.get("outputs", []):
+            png = (out.get("data") or {}).get("image/png")
+            alt = ((out.get("metadata") or {}).get("image/png") or {}).get("alt")
+            if png and alt:
+                data = base64.b64decode("".join(png) if isinstance(png, list) else png)
+                found[hashlib.sha256(data).hexdigest()] = str(alt)
+    return found
+
+
+def _set_figure_alt(app, doctree) -> None:
+    from docutils import nodes
+
+    source = Path(app.srcdir) / (app.env.docname + ".ipynb")
+    if not source.is_file():
+        return
+    alts = figure_alt_texts(source)
+    for img in doctree.findall(nodes.image):
+        stem = Path(str(img.get("uri", ""))).stem
+        if stem in alts and not img.get("alt"):
+            img["alt"] = alts[stem]
+
+
+def _launch_buttons_from_book_config(app, config) -> None:
+    """No button that points nowhere: the repository and launch buttons follow `repository.url` (pt215.book_config)."""
+    from pt215.book_config import configure_launch_buttons, read_book_config
+
+    config.html_theme_options = configure_launch_buttons(config.html_theme_options or {},
+                                                         read_book_config(Path(app.srcdir)))
+
+
 def setup(app) -> dict[str, Any]:
+    app.connect("config-inited", _launch_buttons_from_book_config)
+    app.connect("doctree-read", _set_figure_alt)
+    app.connect("config-inited", _keep_own_static_files, priority=400)
     app.connect("html-page-context", _on_page_context)
+    app.connect("html-page-context", _page_scripts, priority=900)
+    from pt215.workshop_pages import register  # the "Running a workshop" tables (agenda, hub sizing)
+
+    register(app)
+    from pt215.hardware_runs import setup as hardware_runs  # {hardware-runs}: recorded pt215.verify runs
+
+    hardware_runs(app)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
