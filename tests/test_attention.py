@@ -47,6 +47,30 @@ def test_paged_reference_matches_contiguous(page_size, q_lens, causal):
     torch.testing.assert_close(out, _contiguous_ref(q, ks, vs, cu.tolist(), causal), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dv", [256, 128])
+def test_causal_paged_gqa_head_dim_256(dv):
+    # the shape the gated cuDNN call of notebook 5.4 uses on sm_100: head dim 256 (v 256 or 128), GQA, causal, bf16
+    g = torch.Generator().manual_seed(dv)
+    hq, hkv, d, page = 8, 2, 256, 16
+    k_lens = [40, 17]  # 3 and 1 queries (cu below)
+    n_pages = sum(-(-n // page) for n in k_lens)
+    k_pages = torch.randn(n_pages, page, hkv, d, generator=g).bfloat16()
+    v_pages = torch.randn(n_pages, page, hkv, dv, generator=g).bfloat16()
+    perm = torch.randperm(n_pages, generator=g).to(torch.int32)  # pages scattered through the pool
+    block_table = torch.zeros(2, 3, dtype=torch.int32)
+    block_table[0, :3], block_table[1, :2] = perm[:3], perm[3:5]
+    seqused_k = torch.tensor(k_lens, dtype=torch.int32)
+    cu = [0, 3, 4]
+    q = torch.randn(4, hq, d, generator=g).bfloat16()
+    out = paged_attention_reference(q, k_pages, v_pages, torch.tensor(cu, dtype=torch.int32), block_table,
+                                    seqused_k, window_size=(-1, 0))
+    assert out.shape == (4, hq, dv) and out.dtype == torch.bfloat16
+    ks = [gather_pages(k_pages, block_table[i], k_lens[i]).float() for i in range(2)]
+    vs = [gather_pages(v_pages, block_table[i], k_lens[i]).float() for i in range(2)]
+    ref = _contiguous_ref(q.float(), ks, vs, cu, causal=True)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+
 def test_pool_memory_management():
     pool = PagePool(num_pages=4, page_size=4, n_kv_heads=1, head_dim=2)
     a, b = pool.add_sequence(), pool.add_sequence()

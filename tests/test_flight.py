@@ -96,6 +96,17 @@ def test_diagnose_synthetic(tmp_path, fmt, kind, expect):
         assert diag.cycle == ["0:default_pg", "1:metrics", "0:default_pg"]
 
 
+def test_json_status_as_strings(tmp_path):
+    """torch's JSON dump (`fr_trace_json`, chapter 2.5) writes pg_status sequence ids as strings."""
+    dumps = scenario("straggler")
+    for d in dumps.values():
+        d["pg_status"] = {k: {f: str(v) for f, v in st.items()} for k, st in d["pg_status"].items()}
+    diag = flight.diagnose(write(tmp_path / "d", dumps, "json"))
+    assert [(f.kind, f.seq_id, f.missing) for f in diag.findings] == [("missing", 3, [2])]
+    assert flight.load_dump(tmp_path / "d" / "rank_0.json").pg_status == {
+        k: {f: int(v) for f, v in st.items()} for k, st in dumps[0]["pg_status"].items()}
+
+
 def test_truncated_ring_buffer(tmp_path):
     """With only the newest entries kept, pg_status still gives each rank's last sequence id."""
     dumps = scenario("cycle")

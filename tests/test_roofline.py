@@ -54,3 +54,25 @@ def test_measurements_run():
     assert r["batch"] == 2 and r["tokens_per_s"] > 0
     with pytest.raises(ValueError, match="mode"):
         R.measure_memory_bandwidth(2**20, mode="write")
+
+
+def test_decode_step_fn_rewinds_and_interleaved_run_reports_every_variant():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_hidden=64)
+    m = build_model(cfg).eval()
+    step = R.decode_step_fn(m, batch=2, context=8)
+    first = step()
+    assert first.shape == (2, 1, cfg.vocab_size) and torch.equal(step(), first)  # same position every call
+    run = R.measure_decode_roofline({"fp32": m, "bf16": build_model(cfg).to(torch.bfloat16).eval()},
+                                    batches=(1, 2), context=8, iters=2, warmup=1, bandwidth_bytes=2**16, gemm_n=16)
+    assert set(run["decode"]) == {(f, b) for f in ("fp32", "bf16") for b in (1, 2)}
+    r = run["decode"][("bf16", 2)]
+    assert r["tokens_per_s"] == pytest.approx(2 / r["step_s"])
+    assert r["step_bytes"] == R.decode_step_bytes(cfg, "bf16", batch=2, context=8)
+    assert run["read_bw"] > 0 and run["threads"] == 1 and set(run["gemm_flops"]) == {"fp32", "bf16"}
+    with pytest.raises(ValueError, match="fmt"):
+        R.measure_decode_roofline({"fp16": m})
+    with pytest.raises(ValueError, match="batches"):
+        R.measure_decode_roofline({"fp32": m}, batches=(0,))
+    with pytest.raises(ValueError, match="context"):
+        R.decode_step_fn(m, context=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pt215.timing import median_seconds, time_samples
+from pt215.timing import interleaved_medians, interleaved_samples, median_seconds, time_samples
 
 
 def test_warmup_iters_and_sync_are_respected():
@@ -20,3 +20,18 @@ def test_warmup_iters_and_sync_are_respected():
 def test_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         time_samples(lambda: None, **kw)
+
+
+def test_interleaved_rounds_call_every_variant_in_turn():
+    order, syncs = [], []
+    samples = interleaved_samples({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, iters=3,
+                                  warmup=1, sync=lambda: syncs.append(1))
+    assert order == ["a", "b"] * 4 and len(syncs) == 2 * 2 * 3
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
+    assert set(interleaved_medians({"x": lambda: None}, iters=1, warmup=0)) == {"x"}
+
+
+@pytest.mark.parametrize("fns", [{}, {"a": 1}, [lambda: None]])
+def test_interleaved_rejects_bad_variants(fns):
+    with pytest.raises(ValueError, match="fns"):
+        interleaved_samples(fns)

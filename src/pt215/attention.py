@@ -30,18 +30,20 @@ def paged_attention_reference(query: torch.Tensor, k_pages: torch.Tensor, v_page
                               cu_seq_q: torch.Tensor, block_table: torch.Tensor, seqused_k: torch.Tensor, *,
                               scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
                               enable_gqa: bool = True) -> torch.Tensor:
-    """Reference for paged ``varlen_attn``; returns ``(T_q, H_q, D)`` in ``query.dtype`` (math in float32).
+    """Reference for paged ``varlen_attn``; returns ``(T_q, H_q, D_v)`` in ``query.dtype`` (math in float32).
 
     - ``query``: ``(T_q, H_q, D)``, sequences packed back to back, boundaries in ``cu_seq_q`` (N+1, int32).
-    - ``k_pages``/``v_pages``: ``(num_pages, page_size, H_kv, D)``; ``block_table``: ``(N, max_pages)`` int32;
-      ``seqused_k``: ``(N,)`` int32 valid key count per sequence.
+    - ``k_pages``: ``(num_pages, page_size, H_kv, D)``; ``v_pages``: the same with its own head dim ``D_v``, as in
+      the head-dim pairs cuDNN takes on sm_100 ((192, 128), (192, 192), (256, 128), (256, 256));
+      ``block_table``: ``(N, max_pages)`` int32; ``seqused_k``: ``(N,)`` int32 valid key count per sequence.
     - ``window_size=(-1, -1)`` is full attention (varlen_attn's default); ``(-1, 0)`` is causal with the queries
       aligned to the *end* of the keys (query ``j`` of ``n_q`` sees keys ``< seqused_k - n_q + j + 1``), which is
       what a decode step with a KV cache needs. For one query per sequence both are the same.
     """
-    if query.dim() != 3 or k_pages.dim() != 4 or v_pages.shape != k_pages.shape:
-        raise ValueError(f"expected query (T, Hq, D) and k/v pages (P, page, Hkv, D), got {tuple(query.shape)}, "
-                         f"{tuple(k_pages.shape)}, {tuple(v_pages.shape)}")
+    if (query.dim() != 3 or k_pages.dim() != 4 or v_pages.dim() != 4 or v_pages.shape[:3] != k_pages.shape[:3]
+            or query.shape[2] != k_pages.shape[3]):
+        raise ValueError(f"expected query (T, Hq, D), k pages (P, page, Hkv, D) and v pages (P, page, Hkv, D_v), "
+                         f"got {tuple(query.shape)}, {tuple(k_pages.shape)}, {tuple(v_pages.shape)}")
     hq, hkv = query.shape[1], k_pages.shape[2]
     if hq != hkv and not enable_gqa:
         raise ValueError(f"Hq={hq} != Hkv={hkv}: set enable_gqa=True for grouped-query attention")
@@ -49,7 +51,7 @@ def paged_attention_reference(query: torch.Tensor, k_pages: torch.Tensor, v_page
         raise ValueError(f"Hq={hq} must be a multiple of Hkv={hkv}")
     if window_size not in ((-1, -1), (-1, 0)):
         raise ValueError(f"window_size must be (-1, -1) or (-1, 0) in this reference, got {window_size}")
-    out = torch.empty_like(query)
+    out = query.new_empty(query.shape[0], hq, v_pages.shape[3])
     bounds = cu_seq_q.tolist()
     for i in range(len(bounds) - 1):
         q = query[bounds[i]:bounds[i + 1]]

@@ -52,7 +52,7 @@ __all__ = [
 # the ones that can be checked on CPU by experiment.
 ENV_VARS: list[tuple[str, str | None, str, str]] = [
     ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000",
-     "entries kept in the ring buffer per process; 0 turns recording off"),
+     "entries kept in each backend's ring buffer (gloo, nccl2, ...); 0 turns recording off"),
     ("TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT", "true",
      "write the dump when a collective times out or fails (NCCL watchdog / FlightRecorderHook abort)"),
     ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "$XDG_CACHE_HOME/torch/comm_lib_trace_rank_",
@@ -206,8 +206,15 @@ def load_dump(path: str | Path, rank: int | None = None) -> RankDump:
         entries.append(e)
     return RankDump(
         rank=_rank_from_name(p) if rank is None else rank, path=p, format=fmt, version=str(obj["version"]),
-        entries=entries, pg_config=dict(obj["pg_config"]), pg_status=dict(obj.get("pg_status") or {}), raw=obj,
+        entries=entries, pg_config=dict(obj["pg_config"]), pg_status=_int_status(obj.get("pg_status") or {}), raw=obj,
     )
+
+
+def _int_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """`pg_status` with integer sequence ids: the JSON dump (`fr_trace_json`) writes them as strings."""
+    def num(v: Any) -> Any:
+        return int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else v
+    return {k: {f: num(v) for f, v in s.items()} if isinstance(s, Mapping) else s for k, s in status.items()}
 
 
 def _ranks_of(info: Mapping[str, Any]) -> list[int]:

@@ -9,20 +9,21 @@ sequence's KV cache once::
 ``W_fmt`` depends on the weight format (:data:`FORMATS`: bytes per element and scale overhead). Decode is
 *weight-bound* while ``W_fmt`` dominates ``bytes`` and ``bytes / BW`` dominates ``flops / PEAK``.
 :func:`measure_memory_bandwidth`, :func:`measure_matmul_flops` and :func:`measure_decode` give the measured
-numbers to put next to the formulas -- always measure them in the same run (rule 5 of the book).
+numbers to put next to the formulas -- always measure them in the same run (rule 5 of the book);
+:func:`measure_decode_roofline` measures all of them interleaved, round-robin, in one call.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from pt215.model import DecoderLM, KVCache, ModelConfig
-from pt215.timing import median_seconds
+from pt215.timing import interleaved_medians, median_seconds, time_samples
 
 __all__ = [
     "FORMATS",
@@ -36,6 +37,8 @@ __all__ = [
     "measure_memory_bandwidth",
     "measure_matmul_flops",
     "measure_decode",
+    "decode_step_fn",
+    "measure_decode_roofline",
     "expected_active_experts",
 ]
 
@@ -170,26 +173,95 @@ def measure_matmul_flops(n: int = 1024, *, dtype: torch.dtype = torch.bfloat16, 
     return 2 * n**3 / median_seconds(lambda: a @ b, iters=repeats)
 
 
-@torch.no_grad()
-def measure_decode(model: DecoderLM, *, batch: int = 1, context: int = 64, steps: int = 16,
-                   cache_dtype: torch.dtype | None = None, seed: int = 0) -> dict:
-    """Time ``steps`` single-token decode steps after prefilling ``context`` random tokens.
+def decode_step_fn(model: DecoderLM, *, batch: int = 1, context: int = 64,
+                   seed: int = 0) -> Callable[[], torch.Tensor]:
+    """One decode step of ``batch`` sequences at context length ``context``, as a callable to time.
 
-    Returns ``{"tokens_per_s", "step_s", "batch", "context"}`` where ``tokens_per_s = batch / median step time``.
-    The model computes in its own dtype (cast it to bf16 for the bf16 figure).
+    Prefills ``context`` random tokens once (in the model's dtype, KV cache included). Each call then decodes
+    one token at position ``context`` and rewinds the cache, so every call does the same work and reads the
+    bytes :func:`decode_step_bytes` counts for ``(batch, context)``.
     """
+    for name, v in (("batch", batch), ("context", context)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
     cfg = model.cfg
-    dtype = cache_dtype or next(model.parameters()).dtype
+    if context + 1 > cfg.max_seq_len:
+        raise ValueError(f"context must be below cfg.max_seq_len={cfg.max_seq_len}, got {context}")
+    dtype = next(model.parameters()).dtype
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, cfg.vocab_size, (batch, context), generator=g)
-    cache = KVCache(cfg, batch, context + steps + 3, dtype=dtype)
-    logits = model(prompt, cache=cache)
-    nxt = logits[:, -1:].argmax(-1)
-    times = []
-    for i in range(steps + 2):
-        t0 = time.perf_counter()
-        nxt = model(nxt, cache=cache)[:, -1:].argmax(-1)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    step = statistics.median(times)
+    cache = KVCache(cfg, batch, context + 1, dtype=dtype)
+    with torch.no_grad():
+        nxt = model(prompt, cache=cache)[:, -1:].argmax(-1)
+
+    @torch.no_grad()
+    def step() -> torch.Tensor:
+        cache.length = context
+        return model(nxt, cache=cache)
+
+    return step
+
+
+def measure_decode(model: DecoderLM, *, batch: int = 1, context: int = 64, steps: int = 16,
+                   seed: int = 0) -> dict:
+    """Median time of ``steps`` single-token decode steps at context ``context`` (:func:`decode_step_fn`),
+    after 2 untimed ones.
+
+    Returns ``{"tokens_per_s", "step_s", "batch", "context"}`` where ``tokens_per_s = batch / median step time``.
+    The model computes in its own dtype (cast it to bf16 for the bf16 figure). To compare several models or
+    batch sizes, use :func:`measure_decode_roofline`, which interleaves them.
+    """
+    step = statistics.median(time_samples(decode_step_fn(model, batch=batch, context=context, seed=seed),
+                                          iters=steps, warmup=2))
     return {"tokens_per_s": batch / step, "step_s": step, "batch": batch, "context": context}
+
+
+def measure_decode_roofline(models: Mapping[str, DecoderLM], *, batches: Sequence[int] = (1, 4),
+                            context: int = 64, iters: int = 15, warmup: int = 3, threads: int | None = 1,
+                            bandwidth_bytes: int = 256 * 2**20, gemm_n: int = 512) -> dict:
+    """Measure, interleaved round-robin in one run (:func:`pt215.timing.interleaved_medians`): memory read and
+    copy bandwidth, an ``gemm_n``-cube GEMM and a decode step (:func:`decode_step_fn`) for every model in
+    ``models`` (keyed by its format name in :data:`FORMATS`, e.g. ``{"fp32": m, "bf16": m_bf16}``) and every
+    batch size in ``batches``.
+
+    ``threads`` sets torch's intra-op threads for the measurement (restored afterwards); one thread keeps a
+    shared machine's timings far steadier, because several threads wait for each other whenever one of them is
+    descheduled. ``None`` keeps the current setting. Returns ``{"threads", "iters", "read_bw", "copy_bw"``
+    (bytes/s), ``"gemm_flops"`` (FLOP/s per format), ``"decode"``: ``{(fmt, batch): {"step_s", "tokens_per_s",
+    "step_bytes", "step_flops"}}}``; bytes and FLOPs per step come from :func:`decode_step_bytes` and
+    :func:`decode_step_flops`.
+    """
+    if not isinstance(models, Mapping) or not models:
+        raise ValueError(f"models must be a non-empty mapping of format name to model, got {models!r}")
+    for fmt in models:
+        _fmt(fmt)
+    if not batches or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batches):
+        raise ValueError(f"batches must be a non-empty sequence of positive ints, got {batches!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    src = torch.ones(bandwidth_bytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    fns: dict[str, Callable[[], object]] = {"read": src.sum, "copy": lambda: dst.copy_(src)}
+    for fmt, model in models.items():
+        dtype = next(model.parameters()).dtype
+        a, b = torch.randn(gemm_n, gemm_n).to(dtype), torch.randn(gemm_n, gemm_n).to(dtype)
+        fns[f"gemm {fmt}"] = lambda a=a, b=b: a @ b
+        for batch in batches:
+            fns[f"{fmt} B={batch}"] = decode_step_fn(model, batch=batch, context=context)
+    prev = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        t = interleaved_medians(fns, iters=iters, warmup=warmup)
+    finally:
+        torch.set_num_threads(prev)
+    decode = {}
+    for fmt, model in models.items():
+        for batch in batches:
+            step = t[f"{fmt} B={batch}"]
+            decode[(fmt, batch)] = {"step_s": step, "tokens_per_s": batch / step,
+                                    "step_bytes": decode_step_bytes(model.cfg, fmt, batch=batch, context=context),
+                                    "step_flops": decode_step_flops(model.cfg, batch=batch, context=context)}
+    return {"threads": threads if threads is not None else prev, "iters": iters,
+            "read_bw": bandwidth_bytes / t["read"], "copy_bw": 2 * bandwidth_bytes / t["copy"],
+            "gemm_flops": {fmt: 2 * gemm_n**3 / t[f"gemm {fmt}"] for fmt in models}, "decode": decode}
