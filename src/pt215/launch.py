@@ -245,7 +245,7 @@ class _LiveView:
 
     def __init__(self, enabled: bool, max_lines: int = 40):
         self.enabled, self.max_lines = enabled, max_lines
-        self.notebook = enabled and _in_notebook()
+        self.notebook = _in_notebook()  # the status line shows in a notebook even when rank output does not
         self.recent: list[str] = []
         self.handle = None
         self._last = 0.0
@@ -267,6 +267,17 @@ class _LiveView:
 
             self.handle.update(Pretty("\n".join(self.recent)))
             self._last = now
+
+    def tick(self, script: str, nproc: int, elapsed: float, timeout: float) -> None:
+        """In a notebook, a status line under the live output every 2 s, so a long or silent launch (a rank
+        waiting in a collective prints nothing) never looks like a hang; emptied at the end like the rest."""
+        if self.handle is None or time.monotonic() - self._last < 2.0:
+            return
+        from IPython.display import Pretty
+
+        status = f"[{script}: {nproc} rank(s) running for {elapsed:.0f} s, at most {timeout:g} s]"
+        self.handle.update(Pretty("\n".join([*self.recent, status])))
+        self._last = time.monotonic()
 
     def close(self) -> None:
         if self.handle is not None:
@@ -339,6 +350,7 @@ def _attempt(path: Path, nproc: int, args: Sequence[str], timeout: float, env: M
                 break
             known |= _descendants(proc.pid)
             tailer.poll()
+            view.tick(path.name, nproc, time.monotonic() - start, timeout)
             time.sleep(0.1)
     finally:
         # Runs on success, failure, timeout and KeyboardInterrupt alike.
