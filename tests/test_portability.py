@@ -109,7 +109,8 @@ def test_jupyterlab_is_installed():
 
 # The cells whose last digits depend on the CPU's matmul kernels (pt215.cpu_kernels): the main run executes
 # them with this machine's own kernels; this runs them again restricted to AVX2, against the same stored digits.
-CPU_SENSITIVE = ["chapters/04-fsdp2-precision/04-1-precision-overrides.ipynb",
+CPU_SENSITIVE = ["chapters/03-nixl-transfers/03-2-kv-migration.ipynb",
+                 "chapters/04-fsdp2-precision/04-1-precision-overrides.ipynb",
                  "chapters/06-fp8-mps/06-fp8-scaled-mm.ipynb",
                  "chapters/06-fp8-mps/06-moe-decode-streams.ipynb"]
 
