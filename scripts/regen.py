@@ -1,6 +1,6 @@
 """Re-execute chapter notebooks and write their reference outputs (the paired .ipynb).
 
-    .venv/bin/python scripts/regen.py chapters/01-collectives-nccl2/01-collectives-tour.md [...]
+    .venv/bin/python scripts/regen.py chapters/01-collectives-nccl2/01-1-collectives-tour.md [...]
     .venv/bin/python scripts/regen.py --all
 
 Each notebook runs in its own folder with a fresh kernel; the .ipynb gets the outputs plus a

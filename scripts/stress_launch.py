@@ -4,8 +4,9 @@
     .venv/bin/python scripts/stress_launch.py --runs 5 collectives.py hello.py
 
 Each launch goes through `pt215.launch.run` (no retries) in a fresh temporary folder (what a script writes stays
-out of the book), with the arguments the chapter's notebook uses. Prints one line per script (runs, failures,
-timeouts, median seconds) and exits 1 if any launch failed. Long (minutes per script on 2 cores): run it by hand
+out of the book), with the small arguments of tests/test_chapter_scripts.py (the one table of how to run each
+chapter script small). Prints one line per script (runs, failures, timeouts, median seconds) and exits 1 if
+any launch failed. Long (minutes per script on 2 cores): run it by hand
 after touching a script or the launcher, not in the normal test suite.
 """
 
@@ -15,30 +16,26 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
+from pathlib import Path
 
 from pt215.book_files import chapter_script
 from pt215.launch import LaunchTimeoutError, RankFailedError, run
+from pt215.timing import Stopwatch
 
-# script -> (ranks, arguments): the CPU launches the notebooks make.
-SCRIPTS: dict[str, tuple[int, list[str]]] = {
-    "hello.py": (4, []),
-    "collectives.py": (4, []),
-    "nccl_only.py": (2, []),
-    "reconfigure.py": (3, []),
-    "bandwidth.py": (2, ["-e", "64K", "--memcpy-bytes", "1M", "--rounds", "2"]),
-    "fr_env_probe.py": (1, ["--root", "."]),
-    "fr_overhead.py": (2, ["--iters", "20"]),
-    "hang_lab.py": (2, ["--case", "healthy"]),
-    "api_tour.py": (2, ["--store", "tcp"]),
-    "kv_migrate.py": (2, ["--layers", "2", "--heads", "2", "--head-dim", "8", "--seq", "32"]),
-    "fsdp_override.py": (2, []),
-    "fsdp_accum_dcp.py": (2, ["--micro", "2"]),
-    "fsdp_experiment.py": (2, ["--steps", "2"]),
-    "fsdp_async_pipeline.py": (4, ["--micro", "3"]),
-    "debug_server.py": (3, ["--dump-dir", "dumps"]),
-    "reduce_dtype_probe.py": (2, []),
-}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _table() -> dict[str, tuple[int, list[str]]]:
+    """Script name -> (ranks, arguments): the small runs of tests/test_chapter_scripts.py that use > 1 rank."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from test_chapter_scripts import SMALL
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    return {Path(name).name: (nproc, args) for name, (nproc, args, _) in SMALL.items() if nproc > 1}
+
+
+SCRIPTS = _table()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         path = chapter_script(name)
         fails, timeouts, secs = 0, 0, []
         for _ in range(a.runs):
-            start = time.monotonic()
+            clock = Stopwatch()
             try:
                 with tempfile.TemporaryDirectory(prefix="pt215-stress-") as work:
                     run(path, nproc, args=args, timeout=a.timeout, cwd=work, stream=False, show=False)
@@ -67,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
             except LaunchTimeoutError:
                 timeouts += 1
-            secs.append(time.monotonic() - start)
+            secs.append(clock.seconds)
         failed_any |= bool(fails or timeouts)
         print(f"{name:22s} {nproc} ranks  runs {a.runs:3d}  failed {fails:2d}  timed out {timeouts:2d}  "
               f"median {statistics.median(secs):5.1f} s", flush=True)

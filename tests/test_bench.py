@@ -92,12 +92,6 @@ def test_size_sweep():
         size_sweep(1024, 4096, 1)
 
 
-def test_memcpy_bandwidth_runs_and_checks():
-    assert bench.memcpy_bandwidth(1 << 16, iters=2, warmup=1) > 0
-    with pytest.raises(ValueError, match="nbytes"):
-        bench.memcpy_bandwidth(0)
-
-
 def test_sweep_argument_errors():
     with pytest.raises(ValueError, match="op must be one of"):
         bench.sweep("gather", [1024])
@@ -108,6 +102,43 @@ def test_sweep_argument_errors():
 def test_time_collective_needs_a_group():
     with pytest.raises(RuntimeError, match="initialized process group"):
         bench.time_collective("all_reduce", 1024)
+
+
+@pytest.fixture
+def one_rank_group():
+    """A 1-rank gloo group in this process (what `launch.init_rank` forms without torchrun)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_time_collective_on_one_rank(one_rank_group):
+    seconds, used, ok = bench.time_collective("all_gather", 4096, warmup=1, iters=2)
+    assert seconds > 0 and used == 4096 and ok
+    with pytest.raises(ValueError, match="too small"):
+        bench.time_collective("all_reduce", 2)
+
+
+def test_cli_keeps_a_callers_group(one_rank_group, capsys):
+    """With a process group already there, `main` uses it and leaves it standing."""
+    import torch.distributed as dist
+
+    assert bench.main(["-b", "4K", "-e", "4K", "-w", "1", "-n", "1", "--copy-bytes", "64K"]) == 0
+    assert dist.is_initialized()
+    out = capsys.readouterr().out
+    assert "payload ceiling = copy / 2" in out and "of the payload ceiling" in out
+
+
+def test_cli_without_torchrun_forms_and_ends_its_own_group(monkeypatch, capsys):
+    import torch.distributed as dist
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    assert bench.main(["--backend", "gloo", "-b", "4K", "-e", "4K", "-w", "1", "-n", "1", "--copy-bytes", "64K"]) == 0
+    assert not dist.is_initialized()
+    assert "backend gloo, 1 rank(s), cpu" in capsys.readouterr().out
 
 
 def test_cli_help(capsys):
@@ -126,10 +157,11 @@ def test_two_rank_sweep_through_launch(tmp_path: Path):
     script = tmp_path / "sweep.py"
     script.write_text("from pt215.bench import main\nraise SystemExit(main())\n")
     res = run(script, nproc=2, timeout=120, show=False, stream=False,
-              args=["--op", *bench.OPS, "-b", "4K", "-e", "16K", "-w", "1", "-n", "2"])
+              args=["--op", *bench.OPS, "-b", "4K", "-e", "16K", "-w", "1", "-n", "2", "--copy-bytes", "1M"])
     for rank in (0, 1):
         out = res.results[rank]
-        assert out["world_size"] == 2 and out["backend"] == "gloo" and out["memcpy_GBps"] > 0
+        assert out["world_size"] == 2 and out["backend"] == "gloo" and out["copy_GBps"] > 0
+        assert out["payload_ceiling_GBps"] == out["copy_GBps"] / 2  # copy_bandwidth counts a copy of n bytes as 2n
         assert len(out["rows"]) == len(bench.OPS) * 2
         for row in out["rows"]:
             assert row["correct"], row

@@ -156,7 +156,18 @@ def test_real_launch_reports_back_and_leaves_nothing(real_launch):
 
 def test_book_data_is_found_here():
     assert doctor.probe_data() == []
-    assert doctor.book_data_path("05-nvfp4-decoding/lm-dense.pt").is_file()
+
+
+def test_missing_book_data_names_each_file_and_the_reason(monkeypatch):
+    from pt215 import book_files
+
+    def absent(relative):
+        raise book_files.BookFilesError(f"no data/{relative}")
+
+    monkeypatch.setattr(book_files, "data_path", absent)
+    missing = doctor.probe_data()
+    assert len(missing) == len(doctor.BOOK_DATA) and "(no data/" in missing[0]
+    assert doctor.check_data(missing, "data/").verdict == "fail"
 
 
 def test_upgrade_runs_the_upgrade_chapter_checks(healthy, capsys):

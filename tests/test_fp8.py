@@ -161,98 +161,7 @@ def test_cuda_layout_rules_agree_with_fake_cuda_scaled_mm():
             torch._scaled_mm(a, w.t().contiguous(), s, s, out_dtype=torch.bfloat16)
 
 
-# ----------------------------------------------------------------------------------------------- MoE
-
-
-def test_group_by_expert():
-    ids = torch.tensor([2, 0, 2, 3, 0])
-    order, offs = fp8.group_by_expert(ids, 5)
-    assert order.tolist() == [1, 4, 0, 2, 3]
-    assert offs.dtype == torch.int32 and offs.tolist() == [2, 2, 4, 5, 5]
-
-
-@pytest.mark.parametrize(
-    "ids,n,match",
-    [
-        (torch.tensor([0, 5]), 4, "must lie in \\[0, 4\\)"),
-        (torch.tensor([0.0]), 4, "1-D integer tensor"),
-        (torch.tensor([0]), 0, "positive int"),
-    ],
-)
-def test_group_by_expert_errors(ids, n, match):
-    with pytest.raises(ValueError, match=match):
-        fp8.group_by_expert(ids, n)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_grouped_matches_loop(dtype):
-    x = torch.randn(10, 32).to(dtype)
-    w = torch.randn(4, 16, 32).to(dtype)
-    offs = torch.tensor([3, 3, 7, 10], dtype=torch.int32)  # expert 1 empty
-    torch.testing.assert_close(fp8.moe_grouped(x, w, offs), fp8.moe_loop(x, w, offs))
-
-
-def test_fp8_loop_close_to_bf16():
-    x = torch.randn(10, 32)
-    w = torch.randn(4, 16, 32)
-    offs = torch.tensor([3, 3, 7, 10], dtype=torch.int32)
-    ref = fp8.moe_loop(x, w, offs)
-    got = fp8.moe_loop_fp8(x, fp8.quantize_experts(w), offs, out_dtype=torch.float32)
-    assert fp8.rel_error(ref, got) < 0.06
-
-
-@pytest.mark.parametrize(
-    "x,w,offs,match",
-    [
-        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([2, 4]), "offs must be int32"),
-        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([4], dtype=torch.int32), "one entry per expert"),
-        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([3, 2], dtype=torch.int32), "non-decreasing"),
-        (torch.randn(4, 8), torch.randn(2, 3, 8), torch.tensor([2, 6], dtype=torch.int32), "must equal the 4 rows"),
-        (torch.randn(4, 8), torch.randn(2, 3, 8).bfloat16(), torch.tensor([2, 4], dtype=torch.int32),
-         "same dtype"),
-        (torch.randn(4, 8).to(E4), torch.randn(2, 3, 8).to(E4), torch.tensor([2, 4], dtype=torch.int32),
-         "FP8 experts: use moe_loop_fp8"),
-        (torch.randn(4, 8), torch.randn(3, 8), torch.tensor([2, 4], dtype=torch.int32), "\\(E, N, K\\)"),
-        (torch.randn(4, 6), torch.randn(2, 3, 8), torch.tensor([2, 4], dtype=torch.int32), "K=6"),
-    ],
-)
-def test_moe_grouped_errors(x, w, offs, match):
-    with pytest.raises(ValueError, match=match):
-        fp8.moe_grouped(x, w, offs)
-
-
-def test_moe_grouped_without_validation_still_checks_offs_dtype():
-    x, w = torch.randn(4, 8), torch.randn(2, 3, 8)
-    torch.testing.assert_close(fp8.moe_grouped(x, w, torch.tensor([2, 4], dtype=torch.int32), validate=False),
-                               fp8.moe_loop(x, w, torch.tensor([2, 4], dtype=torch.int32)))
-    with pytest.raises(ValueError, match="offs must be int32"):
-        fp8.moe_grouped(x, w, torch.tensor([2, 4]), validate=False)
-
-
-def test_moe_loop_fp8_needs_list():
-    with pytest.raises(TypeError, match="list of FP8Tensor"):
-        fp8.moe_loop_fp8(torch.randn(2, 16), quantize(torch.randn(4, 16)), torch.tensor([2], dtype=torch.int32))
-
-
-def test_seeded_moe():
-    moe = fp8.SeededMoE(hidden=32, inter=64, num_experts=4, top_k=2, seed=1)
-    again = fp8.SeededMoE(hidden=32, inter=64, num_experts=4, top_k=2, seed=1)
-    assert torch.equal(moe.w_up, again.w_up)
-    x = torch.randn(3, 32, dtype=torch.bfloat16)
-    a, b = moe(x, "grouped"), moe(x, "loop")
-    assert a.shape == x.shape and a.dtype == torch.bfloat16
-    torch.testing.assert_close(a, b)
-    with pytest.raises(RuntimeError, match="to_fp8"):
-        moe(x, "fp8")
-    moe.to_fp8()
-    assert fp8.rel_error(a.float(), moe(x, "fp8").float()) < 0.1
-    with pytest.raises(ValueError, match="impl must be"):
-        moe(x, "fast")
-    with pytest.raises(ValueError, match="top_k must be"):
-        fp8.SeededMoE(num_experts=2, top_k=3)
-
-
-# ------------------------------------------------------------------------------------------ measuring
+# ------------------------------------------------------------------------------------------ decode bytes
 
 
 def test_gemv_bytes():
@@ -265,18 +174,6 @@ def test_gemv_bytes():
         fp8.gemv_bytes(1, 0, 32, "bf16")
 
 
-def test_median_ms():
-    assert fp8.median_ms(lambda: None, reps=3) >= 0.0
-    with pytest.raises(ValueError, match="reps must be >= 1"):
-        fp8.median_ms(lambda: None, reps=0)
-
-
-def test_copy_bandwidth():
-    assert fp8.copy_bandwidth(2**20, reps=2) > 0
-    with pytest.raises(ValueError, match="nbytes must be a positive int"):
-        fp8.copy_bandwidth(0)
-
-
 def test_fp8tensor_is_frozen():
     q = quantize(torch.randn(2, 16))
     assert isinstance(q, FP8Tensor)
@@ -287,42 +184,22 @@ def test_fp8tensor_is_frozen():
 # --------------------------------------------------------------------------- with the chapter-5 model
 
 
-@pytest.fixture(scope="module")
-def tiny_moe_model():
-    from pt215 import model as lm
-
-    torch.manual_seed(0)
-    cfg = lm.ModelConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=64, max_seq_len=64,
-                         moe_experts=4, moe_top_k=2, moe_ffn_hidden=32)
-    return lm.build_model(cfg).eval()
-
-
-def test_moe_variants_match_the_model(tiny_moe_model):
+def test_fp8_model_is_close_to_the_model(tiny_moe_model):
     tok = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref = tiny_moe_model(tok)
-        for impl in ("grouped", "loop"):
-            torch.testing.assert_close(fp8.moe_variant(tiny_moe_model, impl)(tok), ref)
-        assert fp8.rel_error(ref, fp8.moe_variant(tiny_moe_model, "fp8")(tok)) < 0.1
         for sc in ("tensorwise", "rowwise"):
             assert fp8.rel_error(ref, fp8.fp8_model(tiny_moe_model, scaling=sc)(tok)) < 0.15
-    assert isinstance(fp8.fp8_model(tiny_moe_model).lm_head, fp8.FP8Linear)
+        dense_experts = fp8.fp8_model(tiny_moe_model, experts=False, lm_head=False)
+        assert fp8.rel_error(ref, dense_experts(tok)) < 0.15
+    converted = fp8.fp8_model(tiny_moe_model)
+    assert isinstance(converted.lm_head, fp8.FP8Linear)
+    assert type(converted.layers[0].mlp).__name__ == "MoEVariant"
+    assert type(tiny_moe_model.layers[0].mlp).__name__ == "MoE"  # the original is untouched
 
 
-def test_moe_variant_errors(tiny_moe_model):
-    with pytest.raises(ValueError, match="impl must be"):
-        fp8.MoEVariant(tiny_moe_model.layers[0].mlp, "fast")
-    with pytest.raises(TypeError, match="pt215.model.MoE"):
-        fp8.MoEVariant(torch.nn.Linear(2, 2), "loop")
-    with pytest.raises(ValueError, match="MoE blocks"):
-        fp8.moe_variant(torch.nn.Linear(2, 2), "loop")
+def test_fp8_model_errors():
     with pytest.raises(TypeError, match="nn.Linear without bias"):
         fp8.FP8Linear(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="DecoderLM"):
         fp8.fp8_model(torch.nn.Linear(2, 2))
-
-
-def test_decode_tokens_per_s(tiny_moe_model):
-    assert fp8.decode_tokens_per_s(tiny_moe_model, batch=2, prompt_len=4, new_tokens=2, warmup=1) > 0
-    with pytest.raises(ValueError, match="batch, prompt_len, new_tokens must be >= 1"):
-        fp8.decode_tokens_per_s(tiny_moe_model, batch=0)

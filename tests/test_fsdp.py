@@ -14,18 +14,22 @@ from pt215.fsdp import (
     MoEConfig,
     MoETransformer,
     RMSNorm,
+    capture_step,
     expert_load,
     fsdp_units,
     keep_fp32_override,
-    launch,
+    local_grad_step,
     metadata_state_lengths,
+    plain_twin,
     record_forward_dtypes,
     router_flip_rate,
     routing_flips,
     shard_model,
     strip_stride_metadata,
     synthetic_batch,
+    unsharded_params,
 )
+from pt215.launch import run
 
 CFG = MoEConfig()
 
@@ -175,12 +179,61 @@ def test_sharded_forward_dtypes_one_rank(pg, override):
     assert all(p.grad.dtype == torch.float32 for p in m.parameters())
 
 
+def test_twin_shares_fsdp_unsharded_parameters_and_accumulates_like_fsdp(pg):
+    """fsdp_cuda_graph.py's captured step, run eagerly: the hook-free twin holds FSDP2's unsharded parameters
+    (same objects), computes the same loss, and `local_grad_step` adds the same gradients FSDP2 accumulates."""
+    cfg = MoEConfig(dispatch="dense")
+    m = _model(cfg=cfg)
+    fn, _ = keep_fp32_override(m)
+    shard_model(m, MixedPrecisionPolicy(param_dtype=torch.bfloat16, param_dtype_override_fn=fn))
+    with pytest.raises(RuntimeError, match="still sharded"):
+        unsharded_params(m)
+    m.set_manual_backward_finalization(True)
+    m.set_requires_gradient_sync(False)
+    m.set_reshard_after_forward(False)
+    m.set_reshard_after_backward(False)
+    x, y = synthetic_batch(cfg, 2, 8, seed=0)
+    loss = m.loss(x, y)[0]
+    loss.backward()
+    params = unsharded_params(m)
+    twin = plain_twin(m)
+    assert all(q is params[n] for n, q in twin.named_parameters())
+    assert {str(q.dtype) for q in params.values()} == {"torch.bfloat16", "torch.float32"}
+    assert torch.equal(twin.loss(x, y)[0], loss.detach())
+    fsdp_grads = [q.grad.clone() for q in params.values()]
+    bufs = [torch.zeros_like(g) for g in fsdp_grads]
+    step = local_grad_step(twin, list(params.values()), bufs, x, y, 1.0)
+    step()
+    step()
+    assert all(torch.equal(b, 2 * g) for b, g in zip(bufs, fsdp_grads, strict=True))
+    m.set_requires_gradient_sync(True)
+    m.finalize_backward()
+    with pytest.raises(ValueError, match="one buffer per parameter"):
+        local_grad_step(twin, list(params.values()), bufs[:-1], x, y, 1.0)
+    with pytest.raises(ValueError, match="dispatch='dense'"):
+        local_grad_step(_model(), [], [], x, y, 1.0)
+    with pytest.raises(TypeError, match="must be a MoETransformer"):
+        plain_twin(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="warmup must be an int >= 1"):
+        capture_step(step, warmup=0)
+
+
+def test_captured_step_shape_checks_on_fake_cuda():
+    """`python -m pt215.verify`'s fake check of the captured step: forward on fake CUDA, the whole step on meta."""
+    from pt215.verify import ch4_fake_graph_step
+
+    out = ch4_fake_graph_step()
+    assert out["forward (fake cuda)"] == "loss [] float32"
+    assert "aten.nonzero" in out["sparse dispatch"]
+    assert out["step (meta)"].startswith("17 fp32 gradient buffers")
+
+
 _WORKER = """
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from pt215.fsdp import *
-from pt215.launch import report
-rank, world, _ = init_dist("gloo")
+from pt215.launch import init_rank, report, shutdown
+rank = init_rank("gloo").rank
 cfg = MoEConfig()
 out = {}
 def build(policy_kw, override=False):
@@ -208,7 +261,7 @@ m.set_requires_gradient_sync(True)
 m.finalize_backward()
 out["after_finalize"] = log.count("reduce_scatter")
 report(out)
-teardown()
+shutdown()
 """
 
 
@@ -218,7 +271,7 @@ def test_two_ranks_all_gather_reduce_scatter_and_finalize(tmp_path):
     both ways, and one reduce-scatter per unit after manual finalization."""
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
-    res = launch(str(script), 2, timeout=120, show=False)
+    res = run(str(script), 2, timeout=120, show=False)
     one = {"root": 1, "blocks.0": 1, "blocks.1": 1}
     for r in (0, 1):
         out = res.results[r]
@@ -237,7 +290,7 @@ def test_shard_model_and_units_reject_bad_input(pg):
         fsdp_units(torch.nn.Linear(2, 2))
 
 
-# ---------------------------------------------------------------- DCP metadata helpers and launch
+# ---------------------------------------------------------------- DCP metadata helpers
 
 
 def test_strip_stride_metadata_round_trip():
@@ -259,6 +312,9 @@ def test_strip_stride_metadata_round_trip():
             strip_stride_metadata(os.path.join(d, "missing"))
 
 
-def test_launch_rejects_bad_retries():
-    with pytest.raises(ValueError, match="retries must be an int"):
-        launch("x.py", retries=-1)
+def test_launch_helpers_live_in_pt215_launch():
+    """Chapter 4 starts and ends its workers through `pt215.launch` (one launcher, one preamble)."""
+    import pt215.fsdp as fsdp
+
+    for gone in ("world", "init_dist", "teardown", "launch"):
+        assert not hasattr(fsdp, gone), gone

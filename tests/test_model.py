@@ -49,15 +49,6 @@ def test_generate_greedy_is_deterministic_and_matches_no_cache():
     assert torch.equal(seq[6:], out)
 
 
-def test_grouped_linear_matches_loop():
-    torch.manual_seed(0)
-    x, w = torch.randn(10, 16), torch.randn(3, 8, 16)
-    offs = torch.tensor([4, 4, 10], dtype=torch.int32)  # an empty group in the middle
-    ref = torch.cat([x[:4] @ w[0].T, x[4:10] @ w[2].T])
-    torch.testing.assert_close(M.grouped_linear(x, w, offs), ref)
-    torch.testing.assert_close(M.grouped_linear(x, w.double(), offs), ref)  # loop fallback
-
-
 def test_moe_routing_counts_and_aux():
     m = _model(True)
     with torch.no_grad():

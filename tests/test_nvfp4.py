@@ -123,3 +123,58 @@ def test_fp8_roundtrip():
         assert (r - w).norm() / w.norm() < 0.05
     with pytest.raises(ValueError, match="granularity"):
         nvfp4.fp8_roundtrip(w, "blockwise")
+
+
+def test_fp8_roundtrip_is_fp8_quantize_and_handles_stacked_experts():
+    from pt215 import fp8
+
+    w = torch.randn(4, 8, 32, generator=torch.Generator().manual_seed(0))
+    rows = fp8.quantize(w.reshape(32, 32), scaling="rowwise").dequantize()
+    assert torch.equal(nvfp4.fp8_roundtrip(w, "rowwise"), rows.reshape(4, 8, 32))
+    assert torch.equal(nvfp4.fp8_roundtrip(w, "tensorwise"), fp8.quantize(w).dequantize())
+    # fp8.quantize clamps to +-448 before the cast; torch 2.15's float32 -> e4m3fn cast saturates finite values
+    # above 448 to 448 too, so the unclamped formula chapter 5 used before gives the same values
+    scale = w.abs().amax(dim=-1, keepdim=True) / 448
+    assert torch.equal(nvfp4.fp8_roundtrip(w, "rowwise"), (w / scale).to(torch.float8_e4m3fn).float() * scale)
+    assert torch.tensor([448.00003, 479.0, 1e6]).to(torch.float8_e4m3fn).float().tolist() == [448.0] * 3
+
+
+def _operands():
+    g = torch.Generator().manual_seed(0)
+    return nvfp4.mm_operands(nvfp4.quantize(torch.randn(16, 512, generator=g)),
+                             nvfp4.quantize(torch.randn(256, 512, generator=g) * 0.02))
+
+
+def test_post_grad_scale_fold_fires_only_for_the_foldable_form():
+    args = _operands()
+    fold = nvfp4.post_grad_scale_fold(nvfp4.scaled_mm_foldable, args)
+    assert fold["before"].count("mul.Tensor") == 2 and fold["after"].count("mul.Tensor") == 1  # ga * gb stays
+    assert fold["folded"] == 1 and fold["scale_result"]
+    for kwargs in ({"backends": "ATEN,TRITON"}, {"max_autotune": False}):
+        assert nvfp4.post_grad_scale_fold(nvfp4.scaled_mm_foldable, args, **kwargs)["folded"] == 0
+    two_level = nvfp4.post_grad_scale_fold(nvfp4.scaled_mm, args)
+    assert two_level["folded"] == 0 and "_scaled_mm_v2.default" in two_level["after"]
+    # a pointwise op after the multiply is left to epilogue fusion; a Python float is not a 0-D tensor
+    assert nvfp4.post_grad_scale_fold(lambda *a: nvfp4.scaled_mm_foldable(*a).float(), args)["folded"] == 0
+    half = nvfp4.post_grad_scale_fold(
+        lambda A, B, sa, sb, ga, gb: torch._scaled_mm(A, B.t(), sa, sb, out_dtype=torch.bfloat16) * 0.5, args)
+    assert half["folded"] == 0
+    with pytest.raises(TypeError, match="operands"):
+        nvfp4.post_grad_scale_fold(nvfp4.scaled_mm, ([1, 2],))
+
+
+def test_installed_inductor_has_the_fallback_and_fold_the_book_describes():
+    import inspect
+
+    from torch._inductor.fx_passes import post_grad
+    from torch._inductor.kernel import mm
+
+    v2 = inspect.getsource(mm.tuned_scaled_mm_v2)
+    for needle in ("ScalingType.BlockWise1x16", "not is_single_level_scale", "any(s != 0 for s in swizzle_a)",
+                   "return fallback()", "scaled_mm_v2_fallback("):
+        assert needle in v2, needle
+    check = inspect.getsource(post_grad._can_fold_scaled_mm_output_scale)
+    for needle in ('_use_autotune_backend("NVGEMM")', "torch.float4_e2m1fn_x2", "torch.float8_e4m3fn",
+                   'scale_val.device.type == "cuda"', "scale_val.dim() == 0", "_pointwise_chain_can_fuse_to_output"):
+        assert needle in check, needle
+    assert "aten._scaled_mm.default" in inspect.getsource(post_grad._fold_scaled_mm_output_scale)

@@ -45,15 +45,28 @@ def test_step_bytes_flops_and_ceiling():
 
 
 def test_measurements_run():
-    assert R.measure_memory_bandwidth(2**20, repeats=2) > 0
-    assert R.measure_memory_bandwidth(2**20, mode="read", repeats=2) > 0
+    assert R.copy_bandwidth(2**20, iters=2) > 0
+    assert R.read_bandwidth(2**20, iters=2) > 0
     assert R.measure_matmul_flops(64, repeats=2) > 0
     torch.manual_seed(0)
     m = build_model(ModelConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_hidden=64)).eval()
     r = R.measure_decode(m, batch=2, context=8, steps=2)
     assert r["batch"] == 2 and r["tokens_per_s"] > 0
-    with pytest.raises(ValueError, match="mode"):
-        R.measure_memory_bandwidth(2**20, mode="write")
+
+
+def test_copy_bandwidth_counts_read_plus_write(monkeypatch):
+    """The book's one convention: a copy of n bytes is 2n bytes of traffic."""
+    monkeypatch.setattr(R, "median_seconds", lambda fn, **kw: (fn(), 0.5)[1])
+    assert R.copy_bandwidth(1000, iters=1) == pytest.approx(4000.0)
+    assert R.read_bandwidth(1000, iters=1) == pytest.approx(2000.0)
+
+
+@pytest.mark.parametrize(("call", "match"), [(lambda: R.copy_bandwidth(0), "nbytes"),
+                                             (lambda: R.copy_bandwidth(64, iters=0), "iters"),
+                                             (lambda: R.read_bandwidth(True), "nbytes")])
+def test_bandwidth_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_decode_step_fn_rewinds_and_interleaved_run_reports_every_variant():

@@ -309,7 +309,7 @@ def test_widgets_change_what_they_say(tabs):
 
 @pytest.mark.site
 def test_notebook_pages_offer_download_and_launch(tabs):
-    page = tabs[(1366, 900, "light")].open("chapters/00-before-you-start/01-environment.html")
+    page = tabs[(1366, 900, "light")].open("chapters/00-before-you-start/00-1-environment.html")
     hrefs = page.evaluate("() => [...document.querySelectorAll('a')].map(a => a.href)")
     ipynb = [h for h in hrefs if h.endswith(".ipynb") and "127.0.0.1" in h]
     assert ipynb, "no .ipynb download link"
@@ -341,7 +341,7 @@ def test_dark_mode_switch(tabs):
 
 @pytest.mark.site
 def test_chapter_pages_show_badge_and_stamp(tabs):
-    page = tabs[(1366, 900, "light")].open("chapters/00-before-you-start/01-environment.html")
+    page = tabs[(1366, 900, "light")].open("chapters/00-before-you-start/00-1-environment.html")
     assert "Hardware:" in page.inner_text(".pt215-needs")
     assert "Last verified: torch 2.15.0" in page.inner_text(".pt215-verified")
     for path in PAGES:  # a chapter page whose notebooks agree shows one stamp, not one per notebook

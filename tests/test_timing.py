@@ -1,17 +1,26 @@
-"""pt215.timing: the shared timing loop (chapters 3, 5, 6)."""
+"""pt215.timing: the book's one clock (chapters 1, 3, 5, 6)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pt215.timing import interleaved_medians, interleaved_samples, median_seconds, time_samples
+from pt215 import timing
+from pt215.timing import Stopwatch, interleaved_medians, interleaved_samples, median_seconds, sync, time_samples
 
 
-def test_warmup_iters_and_sync_are_respected():
-    calls, syncs = [], []
-    samples = time_samples(lambda: calls.append(1), iters=3, warmup=2, sync=lambda: syncs.append(1))
+@pytest.fixture
+def syncs(monkeypatch):
+    seen: list[object] = []
+    monkeypatch.setattr(timing, "sync", lambda device=None: seen.append(device))
+    return seen
+
+
+def test_warmup_iters_and_sync_are_respected(syncs):
+    calls = []
+    samples = time_samples(lambda: calls.append(1), iters=3, warmup=2, device="cuda")
     assert len(samples) == 3 and all(t >= 0 for t in samples)
-    assert len(calls) == 5 and len(syncs) == 6
+    assert len(calls) == 5
+    assert syncs == ["cuda"] * (1 + 2 * 3)  # once after warm-up, then before and after each sample
     assert median_seconds(lambda: None, iters=1, warmup=0) >= 0
 
 
@@ -22,11 +31,11 @@ def test_bad_arguments(kw, match):
         time_samples(lambda: None, **kw)
 
 
-def test_interleaved_rounds_call_every_variant_in_turn():
-    order, syncs = [], []
+def test_interleaved_rounds_call_every_variant_in_turn(syncs):
+    order = []
     samples = interleaved_samples({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, iters=3,
-                                  warmup=1, sync=lambda: syncs.append(1))
-    assert order == ["a", "b"] * 4 and len(syncs) == 2 * 2 * 3
+                                  warmup=1, device="mps")
+    assert order == ["a", "b"] * 4 and syncs == ["mps"] * (2 * 2 * 3)
     assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
     assert set(interleaved_medians({"x": lambda: None}, iters=1, warmup=0)) == {"x"}
 
@@ -35,3 +44,20 @@ def test_interleaved_rounds_call_every_variant_in_turn():
 def test_interleaved_rejects_bad_variants(fns):
     with pytest.raises(ValueError, match="fns"):
         interleaved_samples(fns)
+
+
+def test_stopwatch_freezes_at_block_end_and_runs_otherwise(syncs):
+    with Stopwatch("cuda:1") as sw:
+        pass
+    frozen = sw.seconds
+    assert frozen >= 0 and sw.seconds == frozen
+    running = Stopwatch()
+    assert 0 <= running.seconds <= running.seconds
+    assert syncs.count("cuda:1") == 3  # construction, entry, exit; reading a frozen watch does not sync
+
+
+def test_sync_on_cpu_returns_and_bad_device_is_named():
+    sync(None)
+    sync("cpu")
+    with pytest.raises(ValueError, match="device"):
+        sync("not-a-device")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pt215 import fp8, hardware_runs, links, verify
+from pt215 import fp8, hardware_runs, links, moe, verify
 from pt215.hardware import HardwareReport, check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,10 +167,10 @@ def test_quantize_checks_finite_on_cpu_and_only_on_request_elsewhere():
 def test_moe_loop_bounds_are_checked():
     x, w = torch.randn(4, 8), torch.randn(2, 3, 8)
     offs = torch.tensor([1, 4], dtype=torch.int32)
-    ref = fp8.moe_loop(x, w, offs)
-    assert torch.equal(fp8.moe_loop(x, w, offs, validate=False, bounds=[1, 4]), ref)
+    ref = moe.moe_loop(x, w, offs)
+    assert torch.equal(moe.moe_loop(x, w, offs, validate=False, bounds=[1, 4]), ref)
     with pytest.raises(ValueError, match="bounds must be 2 Python ints"):
-        fp8.moe_loop(x, w, offs, bounds=[4])
+        moe.moe_loop(x, w, offs, bounds=[4])
 
 
 def test_table_output_is_one_line_per_path():

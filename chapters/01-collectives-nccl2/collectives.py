@@ -1,4 +1,4 @@
-"""Every collective once, with each rank's tensors before and after (chapter 1, notebook 01).
+"""Every collective once, with each rank's tensors before and after (chapter 1, notebook 1.1).
 
     torchrun --nproc-per-node 4 collectives.py                   # gloo on CPU
     torchrun --nproc-per-node 4 collectives.py --backend nccl    # one GPU per rank
@@ -8,33 +8,19 @@ a value of 20..29 came from rank 1, and a value >= 100 is a sum over the four ra
 Each rank prints one line per collective and hands the tensors to pt215.launch.report.
 """
 
+from __future__ import annotations
+
 import argparse
-import os
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report, shutdown
-
-p = argparse.ArgumentParser()
-p.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (one CUDA device per rank)")
-a = p.parse_args()
-
-local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-dev = torch.device("cuda", local_rank) if a.backend.startswith("nccl") else torch.device("cpu")
-if dev.type == "cuda":
-    torch.cuda.set_device(dev)
-dist.init_process_group(a.backend, device_id=dev if dev.type == "cuda" else None)  # eager NCCL init
-rank, n = dist.get_rank(), dist.get_world_size()
-log: dict[str, dict] = {}
+from pt215.launch import init_rank, report, shutdown
 
 
-def own(k: int) -> torch.Tensor:
-    """k slots whose values say 'rank r, slot i': 10*(r+1) + i."""
-    return torch.arange(k, device=dev) + 10 * (rank + 1)
-
-
-def lst(x):
+def lst(x) -> list | None:
+    """A tensor, or a list of tensors, as one flat Python list (None stays None)."""
     if x is None:
         return None
     if isinstance(x, list | tuple):
@@ -42,121 +28,137 @@ def lst(x):
     return x.cpu().tolist()
 
 
-def show(name: str, before, after, **extra) -> None:
-    log[name] = {"before": lst(before), "after": lst(after), **extra}
-    print(f"{name:<26} before {lst(before)!s:<18} after {lst(after)}")
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (one CUDA device per rank)")
+    a = p.parse_args(argv)
+    me = init_rank(a.backend)  # nccl: cuda:LOCAL_RANK, passed as device_id (eager NCCL init)
+    rank, n, dev = me.rank, me.world, me.device
+    log: dict[str, dict] = {}
+
+    def own(k: int) -> torch.Tensor:
+        """k slots whose values say 'rank r, slot i': 10*(r+1) + i."""
+        return torch.arange(k, device=dev) + 10 * (rank + 1)
+
+    def show(name: str, before, after, **extra) -> None:
+        log[name] = {"before": lst(before), "after": lst(after), **extra}
+        print(f"{name:<26} before {lst(before)!s:<18} after {lst(after)}")
+
+    # -- reductions: every rank contributes, the sum lands on all ranks (all_reduce) or one (reduce)
+    t = own(2)
+    b = t.clone()
+    dist.all_reduce(t)  # op=dist.ReduceOp.SUM
+    show("all_reduce", b, t)
+
+    t = own(2)
+    b = t.clone()
+    dist.reduce(t, dst=0)
+    show("reduce", b, t)
+
+    # -- one to all
+    t = own(2)
+    b = t.clone()
+    dist.broadcast(t, src=0)
+    show("broadcast", b, t)
+
+    # -- all_gather: each rank's 1 slot ends up everywhere
+    t = own(1)
+    out = [torch.zeros(1, dtype=t.dtype, device=dev) for _ in range(n)]
+    dist.all_gather(out, t)
+    show("all_gather", t, out)
+
+    out_t = torch.zeros(n, dtype=t.dtype, device=dev)
+    dist.all_gather_into_tensor(out_t, t)
+    show("all_gather_into_tensor", t, out_t)
+
+    # -- reduce_scatter: slot j of every rank is summed and lands on rank j
+    t = own(n)
+    out1 = torch.zeros(1, dtype=t.dtype, device=dev)
+    dist.reduce_scatter(out1, list(t.chunk(n)))
+    show("reduce_scatter", t, out1)
+
+    out1 = torch.zeros(1, dtype=t.dtype, device=dev)
+    dist.reduce_scatter_tensor(out1, t)
+    show("reduce_scatter_tensor", t, out1)
+
+    # -- all_to_all: slot j of rank i goes to rank j (a transpose of the rank x slot matrix)
+    t = own(n)
+    outs = [torch.zeros(1, dtype=t.dtype, device=dev) for _ in range(n)]
+    dist.all_to_all(outs, list(t.chunk(n)))
+    show("all_to_all", t, outs)
+
+    out_t = torch.zeros(n, dtype=t.dtype, device=dev)
+    dist.all_to_all_single(out_t, t)
+    show("all_to_all_single", t, out_t)
+
+    # -- gather to rank 0 / scatter from rank 0
+    t = own(1)
+    glist = [torch.zeros(1, dtype=t.dtype, device=dev) for _ in range(n)] if rank == 0 else None
+    dist.gather(t, gather_list=glist, dst=0)
+    show("gather", t, glist if rank == 0 else None)
+
+    t = own(n)
+    out1 = torch.zeros(1, dtype=t.dtype, device=dev)
+    dist.scatter(out1, scatter_list=list(t.chunk(n)) if rank == 0 else None, src=0)
+    show("scatter", t if rank == 0 else None, out1)
+
+    # -- barrier: nobody leaves before everybody arrived (checked through the store)
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"arrived/{rank}", "1")
+    dist.barrier()
+    seen = sum(store.check([f"arrived/{r}"]) for r in range(n))
+    log["barrier"] = {"arrivals_seen_after_barrier": seen}
+    print(f"{'barrier':<26} arrivals seen after the barrier: {seen} of {n}")
+
+    # -- point to point: even ranks send to the next odd rank (with an odd world size the last rank has no partner)
+    t = own(2)
+    b = t.clone()
+    peer = rank + 1 if rank % 2 == 0 else rank - 1
+    if peer >= n:
+        peer = None
+    elif rank % 2 == 0:
+        dist.send(t, dst=peer)
+    else:
+        dist.recv(t, src=peer)
+    show("send_recv", b, t, peer=peer)
+
+    # -- batch_isend_irecv: a ring, everyone sends right and receives from the left, in one batch
+    t = own(2)
+    r_buf = torch.zeros_like(t)
+    ops = [dist.P2POp(dist.isend, t, (rank + 1) % n), dist.P2POp(dist.irecv, r_buf, (rank - 1) % n)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    show("batch_isend_irecv", t, r_buf)
+
+    # -- async_op=True returns a Work at once; wait() before touching the tensor
+    t = own(2)
+    b = t.clone()
+    work = dist.all_reduce(t, async_op=True)
+    other = (torch.arange(4.0, device=dev) ** 2).sum().item()  # unrelated work overlaps the collective
+    work.wait()
+    show("all_reduce(async_op=True)", b, t, work_type=type(work).__name__, completed=work.is_completed(),
+         overlapped=other)
+
+    # -- sub-groups: new_group (every rank calls it for every group) and split_group (one call, many groups)
+    half = n // 2
+    lo, hi = dist.new_group(list(range(half))), dist.new_group(list(range(half, n)))
+    mine = lo if rank < half else hi
+    t = own(1)
+    b = t.clone()
+    dist.all_reduce(t, group=mine)
+    show("new_group halves", b, t, group_ranks=dist.get_process_group_ranks(mine))
+
+    parity = dist.split_group(split_ranks=[list(range(0, n, 2)), list(range(1, n, 2))])
+    t = own(1)
+    b = t.clone()
+    dist.all_reduce(t, group=parity)
+    show("split_group even/odd", b, t, group_ranks=dist.get_process_group_ranks(parity),
+         group_rank=dist.get_rank(parity))
+
+    report({"rank": rank, "world_size": n, "backend": str(dist.get_backend()), "ops": log})
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+    return 0
 
 
-# -- reductions: every rank contributes, the sum lands on all ranks (all_reduce) or one (reduce)
-t = own(2)
-b = t.clone()
-dist.all_reduce(t)  # op=dist.ReduceOp.SUM
-show("all_reduce", b, t)
-
-t = own(2)
-b = t.clone()
-dist.reduce(t, dst=0)
-show("reduce", b, t)
-
-# -- one to all
-t = own(2)
-b = t.clone()
-dist.broadcast(t, src=0)
-show("broadcast", b, t)
-
-# -- all_gather: each rank's 1 slot ends up everywhere
-t = own(1)
-out = [torch.zeros(1, dtype=t.dtype, device=dev) for _ in range(n)]
-dist.all_gather(out, t)
-show("all_gather", t, out)
-
-out_t = torch.zeros(n, dtype=t.dtype, device=dev)
-dist.all_gather_into_tensor(out_t, t)
-show("all_gather_into_tensor", t, out_t)
-
-# -- reduce_scatter: slot j of every rank is summed and lands on rank j
-t = own(n)
-out1 = torch.zeros(1, dtype=t.dtype, device=dev)
-dist.reduce_scatter(out1, list(t.chunk(n)))
-show("reduce_scatter", t, out1)
-
-out1 = torch.zeros(1, dtype=t.dtype, device=dev)
-dist.reduce_scatter_tensor(out1, t)
-show("reduce_scatter_tensor", t, out1)
-
-# -- all_to_all: slot j of rank i goes to rank j (a transpose of the rank x slot matrix)
-t = own(n)
-outs = [torch.zeros(1, dtype=t.dtype, device=dev) for _ in range(n)]
-dist.all_to_all(outs, list(t.chunk(n)))
-show("all_to_all", t, outs)
-
-out_t = torch.zeros(n, dtype=t.dtype, device=dev)
-dist.all_to_all_single(out_t, t)
-show("all_to_all_single", t, out_t)
-
-# -- gather to rank 0 / scatter from rank 0
-t = own(1)
-glist = [torch.zeros(1, dtype=t.dtype, device=dev) for _ in range(n)] if rank == 0 else None
-dist.gather(t, gather_list=glist, dst=0)
-show("gather", t, glist if rank == 0 else None)
-
-t = own(n)
-out1 = torch.zeros(1, dtype=t.dtype, device=dev)
-dist.scatter(out1, scatter_list=list(t.chunk(n)) if rank == 0 else None, src=0)
-show("scatter", t if rank == 0 else None, out1)
-
-# -- barrier: nobody leaves before everybody arrived (checked through the store)
-store = dist.distributed_c10d._get_default_store()
-store.set(f"arrived/{rank}", "1")
-dist.barrier()
-seen = sum(store.check([f"arrived/{r}"]) for r in range(n))
-log["barrier"] = {"arrivals_seen_after_barrier": seen}
-print(f"{'barrier':<26} arrivals seen after the barrier: {seen} of {n}")
-
-# -- point to point: even ranks send to the next odd rank (with an odd world size the last rank has no partner)
-t = own(2)
-b = t.clone()
-peer = rank + 1 if rank % 2 == 0 else rank - 1
-if peer >= n:
-    peer = None
-elif rank % 2 == 0:
-    dist.send(t, dst=peer)
-else:
-    dist.recv(t, src=peer)
-show("send_recv", b, t, peer=peer)
-
-# -- batch_isend_irecv: a ring, everyone sends right and receives from the left, in one batch
-t = own(2)
-r_buf = torch.zeros_like(t)
-ops = [dist.P2POp(dist.isend, t, (rank + 1) % n), dist.P2POp(dist.irecv, r_buf, (rank - 1) % n)]
-for w in dist.batch_isend_irecv(ops):
-    w.wait()
-show("batch_isend_irecv", t, r_buf)
-
-# -- async_op=True returns a Work at once; wait() before touching the tensor
-t = own(2)
-b = t.clone()
-work = dist.all_reduce(t, async_op=True)
-other = (torch.arange(4.0, device=dev) ** 2).sum().item()  # unrelated work overlaps the collective
-work.wait()
-show("all_reduce(async_op=True)", b, t, work_type=type(work).__name__, completed=work.is_completed(),
-     overlapped=other)
-
-# -- sub-groups: new_group (every rank calls it for every group) and split_group (one call, many groups)
-half = n // 2
-lo, hi = dist.new_group(list(range(half))), dist.new_group(list(range(half, n)))
-mine = lo if rank < half else hi
-t = own(1)
-b = t.clone()
-dist.all_reduce(t, group=mine)
-show("new_group halves", b, t, group_ranks=dist.get_process_group_ranks(mine))
-
-parity = dist.split_group(split_ranks=[list(range(0, n, 2)), list(range(1, n, 2))])
-t = own(1)
-b = t.clone()
-dist.all_reduce(t, group=parity)
-show("split_group even/odd", b, t, group_ranks=dist.get_process_group_ranks(parity),
-     group_rank=dist.get_rank(parity))
-
-report({"rank": rank, "world_size": n, "backend": str(dist.get_backend()), "ops": log})
-shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+if __name__ == "__main__":
+    raise SystemExit(main())

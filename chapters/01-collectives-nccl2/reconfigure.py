@@ -1,4 +1,4 @@
-"""Elastic reconfigure on gloo: form -> shrink -> grow, handles exchanged through a store (chapter 1, notebook 02).
+"""Elastic reconfigure on gloo: form -> shrink -> grow, handles exchanged through a store (chapter 1, notebook 1.2).
 
     torchrun --nproc-per-node 3 reconfigure.py
 
@@ -8,20 +8,21 @@ handles) then (re)builds the communicator over exactly those peers, the list ord
 Here process 1 "leaves" after the first round and "returns" for the third.
 """
 
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report, shutdown
+from pt215.launch import init_rank, report, shutdown
 
-dist.init_process_group("gloo", enable_reconfigure=True)
-me = dist.get_rank()  # launcher rank: a stable name for this process, not its rank in the communicator
-n0 = dist.get_world_size()
-store = dist.distributed_c10d._get_default_store()  # the rendezvous store doubles as the control plane
-leaver = 1  # the process that leaves and comes back (so the one after it changes rank)
-log: list[dict] = []
+LEAVER = 1  # the process that leaves and comes back (so the one after it changes rank)
 
 
-def probe(stage: str) -> None:
+def probe(stage: str, log: list[dict]) -> None:
+    """all_reduce(ones) in the current communicator; print and log this process's rank and the group size."""
     t = torch.ones(1)
     dist.all_reduce(t)
     row = {"stage": stage, "rank": dist.get_rank(), "size": dist.get_world_size(), "all_reduce": t.item()}
@@ -29,36 +30,48 @@ def probe(stage: str) -> None:
     print(f"{stage:<7} now rank {row['rank']} of {row['size']}; all_reduce(ones) = {row['all_reduce']:.0f}")
 
 
-def handles_of(stage: str, members: list[int]) -> list[str]:
+def handles_of(store: dist.Store, me: int, stage: str, members: list[int]) -> list[str]:
     """Publish this process's handle for `stage`, then read every member's, in member order."""
     store.set(f"{stage}/handle/{me}", dist._get_reconfigure_handle())
     return [store.get(f"{stage}/handle/{m}").decode() for m in members]
 
 
-print(f"supports reconfigure: {dist._supports_reconfigure()}")
-try:  # no communicator yet
-    dist.all_reduce(torch.ones(1))
-except RuntimeError as e:
-    print(f"before any reconfigure: RuntimeError: {str(e).splitlines()[0]}")
+def main(argv: Sequence[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)  # no options
+    job = init_rank("gloo", enable_reconfigure=True)  # a group without a communicator
+    me, n0 = job.rank, job.world  # me: the launcher rank, a stable name for this process, not its rank later
+    store = dist.distributed_c10d._get_default_store()  # the rendezvous store doubles as the control plane
+    log: list[dict] = []
 
-# 1. form: every process joins
-everyone = list(range(n0))
-dist._reconfigure(uuid=1, handles=handles_of("form", everyone)).wait()
-probe("form")
+    print(f"supports reconfigure: {dist._supports_reconfigure()}")
+    try:  # no communicator yet
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as e:
+        print(f"before any reconfigure: RuntimeError: {str(e).splitlines()[0]}")
 
-# 2. shrink: one process goes away (a failed node); the others rebuild without it
-survivors = [m for m in everyone if m != leaver]
-if me in survivors:
-    dist._reconfigure(uuid=2, handles=handles_of("shrink", survivors)).wait()
-    probe("shrink")
-    store.set(f"shrink/done/{me}", "1")
-else:
-    print("shrink  left the job (waits for the others to finish without it)")
-    store.wait([f"shrink/done/{m}" for m in survivors])
+    # 1. form: every process joins
+    everyone = list(range(n0))
+    dist._reconfigure(uuid=1, handles=handles_of(store, me, "form", everyone)).wait()
+    probe("form", log)
 
-# 3. grow: it comes back; a new uuid, fresh handles from everyone
-dist._reconfigure(uuid=3, handles=handles_of("grow", everyone)).wait()
-probe("grow")
+    # 2. shrink: one process goes away (a failed node); the others rebuild without it
+    survivors = [m for m in everyone if m != LEAVER]
+    if me in survivors:
+        dist._reconfigure(uuid=2, handles=handles_of(store, me, "shrink", survivors)).wait()
+        probe("shrink", log)
+        store.set(f"shrink/done/{me}", "1")
+    else:
+        print("shrink  left the job (waits for the others to finish without it)")
+        store.wait([f"shrink/done/{m}" for m in survivors])
 
-report({"me": me, "stages": log})
-shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+    # 3. grow: it comes back; a new uuid, fresh handles from everyone
+    dist._reconfigure(uuid=3, handles=handles_of(store, me, "grow", everyone)).wait()
+    probe("grow", log)
+
+    report({"me": me, "stages": log})
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Estimated versus measured collective time on NCCL (chapter 1, notebook 04). Needs >= 2 CUDA GPUs.
+"""Estimated versus measured collective time on NCCL (chapter 1, notebook 1.4). Needs >= 2 CUDA GPUs.
 
     torchrun --nproc-per-node 8 time_estimate.py --backend nccl
 
@@ -10,14 +10,13 @@ all_reduce is timed for real with CUDA events (median of `--iters` after a warm-
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report, shutdown
+from pt215.launch import init_rank, report, shutdown
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -31,19 +30,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return a
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     a = parse(argv)
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group(a.backend, device_id=dev)  # the estimator needs an existing communicator
+    dev = init_rank(a.backend).device  # cuda:LOCAL_RANK as device_id: the estimator needs an existing communicator
     out: dict[str, object] = {"nccl": ".".join(map(str, torch.cuda.nccl.version()))}
     for size in a.sizes:
         t = torch.ones(size // 4, device=dev)
         dist.all_reduce(t)  # communicator warm, buffers registered
         with dist._time_estimator(device=dev) as est:
             dist.all_reduce(t)  # simulated, not run
-        times = []
+        times = []  # device time between two CUDA events, the quantity the estimator simulates
         for _ in range(a.iters + 3):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -54,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         out[str(size)] = {"estimated_us": est.estimated_time, "measured_us": statistics.median(times[3:])}
     report(out)
     shutdown()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

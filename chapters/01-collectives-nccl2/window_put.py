@@ -1,4 +1,4 @@
-"""A one-sided put through an NCCL2 window (chapter 1, notebook 04). Needs >= 2 CUDA GPUs and NCCL >= 2.29.
+"""A one-sided put through an NCCL2 window (chapter 1, notebook 1.4). Needs >= 2 CUDA GPUs and NCCL >= 2.29.
 
     torchrun --nproc-per-node 2 window_put.py
 
@@ -11,26 +11,22 @@ also emits a signal (WindowNCCL.hpp), which rank 1 consumes with `wait_signal(0)
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report, shutdown
+from pt215.launch import init_rank, report, shutdown
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1024, help="float32 elements to put")
     a = p.parse_args(argv)
     if a.n < 1:
         p.error(f"--n must be >= 1, got {a.n}")
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
-    rank = dist.get_rank()
+    me = init_rank("nccl")  # cuda:LOCAL_RANK, made current and passed as device_id
+    rank, dev = me.rank, me.device
     out: dict[str, object] = {"nccl": ".".join(map(str, torch.cuda.nccl.version())),
                               "supports_window": dist._supports_window()}
     backend = dist.get_backend_impl(None, dev)
@@ -50,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     dist.barrier()
     report(out)
     shutdown()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -28,7 +28,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -37,7 +36,8 @@ import torch.distributed.debug as debug
 from torch.distributed import _watchdog
 from torch.distributed.debug._frontend import fetch_all
 
-from pt215.launch import report, shutdown
+from pt215 import flight
+from pt215.launch import init_rank, report, shutdown
 
 N = 1024
 
@@ -85,20 +85,14 @@ def wait_for_frontend(port: int, deadline: float) -> None:
             time.sleep(0.2)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     a = parse(argv)
     out = Path(a.dump_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(out / "rank_")  # what fr_dump_file writes: <prefix><rank>
     nccl = a.backend == "nccl"
-    if nccl:
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        dist.init_process_group("nccl", timeout=timedelta(seconds=a.timeout), device_id=torch.device("cuda", local))
-    else:
-        dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    me = init_rank(a.backend, timeout_s=a.timeout)  # nccl: cuda:LOCAL_RANK, bound as device_id
+    rank, world, dev = me.rank, me.world, me.device
     straggler = world - 1
 
     port = [a.port or free_port()]
@@ -121,11 +115,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     def ask_every_rank() -> None:
         """Rank 0's watchdog callback: collect every rank's flight recorder through the worker servers."""
         t0 = time.monotonic()
-        # what the frontend's /fr_trace_json page does: POST to every worker announced in the store
-        _, resps = fetch_all("fr_trace_json", "backend=gloo", timeout=30.0)
-        for r, resp in enumerate(resps):
-            if resp.status_code == 200:
-                (out / f"rank_{r}.json").write_text(resp.text)
+        waiting = [r for r in range(world) if r != straggler]
+        for _ in range(8):
+            # what the frontend's /fr_trace_json page does: POST to every worker announced in the store
+            _, resps = fetch_all("fr_trace_json", "backend=gloo", timeout=30.0)
+            for r, resp in enumerate(resps):
+                if resp.status_code == 200:
+                    (out / f"rank_{r}.json").write_text(resp.text)
+            # gloo marks a collective completed shortly after it returns: on a busy machine the first answer
+            # can still show the barrier before the all_reduce as running. Ask again until it has caught up.
+            try:
+                position = flight.diagnose(out).position
+            except flight.DumpError:
+                position = {}
+            if all("all_reduce" in position.get(r, "") for r in waiting):
+                break
+            time.sleep(0.25)
         fanout["fr_trace_json"] = [resp.status_code for resp in resps]
         fanout["seconds"] = time.monotonic() - t0
         # the file-writing handler the health check uses on NCCL2; on gloo it cannot name the file
@@ -162,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         debug._WORKER_SERVER.shutdown()  # type: ignore[union-attr]  (only rank 0 has a frontend to stop)
     shutdown()  # barrier, every rank confirms through the store, then destroy_process_group()
+    return 0
 
 
 def nccl_hang(a: argparse.Namespace, rank: int, straggler: int, grad: torch.Tensor, out: Path) -> None:
@@ -191,4 +197,4 @@ def nccl_hang(a: argparse.Namespace, rank: int, straggler: int, grad: torch.Tens
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -6,25 +6,29 @@ file `_dump_fr_trace_file` wrote, relative to the folder given by `--root`.
     torchrun --nproc-per-node 1 fr_env_probe.py --root /tmp/probe
 """
 
+from __future__ import annotations
+
 import argparse
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import torch._C._distributed_c10d as c10d
 import torch.distributed as dist
 
-from pt215.launch import report, shutdown
+from pt215.launch import init_rank, report, shutdown
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="folder in which to look for the written dump")
     p.add_argument("--ops", type=int, default=8)
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    if a.ops < 1:
+        p.error(f"--ops must be >= 1, got {a.ops}")
     root = Path(a.root)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    rank = init_rank("gloo").rank
     for _ in range(a.ops):
         dist.all_reduce(torch.ones(4))
     trace = pickle.loads(c10d._dump_fr_trace())
@@ -35,7 +39,8 @@ def main() -> None:
     print(f"entries kept: {len(seqs)}  seq ids: {seqs}  dump written to: {written}")
     report({"entries": len(seqs), "seq_ids": seqs, "written": written})
     shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -7,19 +7,23 @@ Rank 1 never joins the third all_reduce; rank 0 waits for it until the gloo time
 dumps on purpose: whatever appears under TORCH_FR_DUMP_TEMP_FILE was written by torch itself.
 """
 
+from __future__ import annotations
+
+import argparse
 import os
 import time
-from datetime import timedelta
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report
+from pt215.launch import init_rank, report
 
 
-def main() -> None:
-    dist.init_process_group("gloo", timeout=timedelta(seconds=3))
-    rank = dist.get_rank()
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.parse_args(argv)  # no options: the environment variables above are what is being tested
+    rank = init_rank("gloo", timeout_s=3).rank
     for _ in range(2):
         dist.all_reduce(torch.ones(8))
     outcome = "no error"
@@ -38,4 +42,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

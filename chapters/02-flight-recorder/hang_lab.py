@@ -41,7 +41,7 @@ import re
 import socket
 import threading
 import time
-from datetime import timedelta
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -49,14 +49,14 @@ import torch._C._distributed_c10d as c10d
 import torch.distributed as dist
 from torch.distributed import _watchdog
 
-from pt215.launch import report, shutdown
+from pt215.launch import init_rank, report, shutdown
 
 CASES = ("healthy", "skip", "order", "mismatch", "straggler", "subgroup")
 WARMUP_STEPS = 3
 N = 1024  # gradient bucket size (float32 elements)
 
 
-def parse() -> argparse.Namespace:
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--case", choices=CASES, required=True)
     p.add_argument("--dump-dir", default="fr_dumps", help="folder for the dumps (TORCH_FR_DUMP_TEMP_FILE prefix)")
@@ -65,21 +65,21 @@ def parse() -> argparse.Namespace:
     p.add_argument("--culprit", type=int, default=-1, help="the faulty rank (default: the last rank)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--py-watchdog", action="store_true", help="with nccl: arm the Python watchdog dumps too")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
-def main() -> None:
-    a = parse()
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse(argv)
     out = Path(a.dump_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     # Must be set before the first dump: the dump file is <prefix><rank>.
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(out / "rank_")
     nccl = a.backend == "nccl"
-    if nccl:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(a.backend, timeout=timedelta(seconds=a.timeout))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    # nccl: cuda:LOCAL_RANK is made current but not bound as device_id, so each communicator is created at
+    # its group's first collective; gloo: the CPU.
+    me = init_rank(a.backend, timeout_s=a.timeout, bind_device=False)
+    rank, world = me.rank, me.world
+    dev = me.device
     fr_backend = fr_ring(dev) if nccl else "gloo"
     server = c10d._WorkerServer(str(out / f".w{rank}.sock"), -1)  # per-rank debug handlers on a Unix socket
     culprit = a.culprit % world
@@ -180,6 +180,7 @@ def main() -> None:
     else:
         # The group is broken: destroy_process_group() could block on a dead peer. Leave at once.
         os._exit(0)
+    return 0
 
 
 def fr_ring(dev: torch.device) -> str:
@@ -230,4 +231,4 @@ def ask_every_rank(out: Path, world: int) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

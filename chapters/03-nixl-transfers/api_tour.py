@@ -8,38 +8,26 @@ Rank 0 writes and reads that memory one-sided: sync, async_op=True, and asyncio 
 wait_all).
 """
 
+from __future__ import annotations
+
 import argparse
 import asyncio
 import json
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report, shutdown
+from pt215.launch import init_rank, report, shutdown
 from pt215.transport import control_store, describe, fetch, pair, publish, quiet_nixl, wait_key
 
-quiet_nixl()
-from torch.distributed._transport import available_transports, wait_all  # noqa: E402
-from torch.distributed._transport.nixl import NIXLRemoteBuffer  # noqa: E402
-
-p = argparse.ArgumentParser()
-p.add_argument("--store", choices=["tcp", "pg"], default="tcp")
-a = p.parse_args()
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
 TIMEOUT = 20.0
-store = control_store(rank, timeout=TIMEOUT) if a.store == "tcp" else None
-ctl = store if store is not None else dist.distributed_c10d._get_default_store()
 
-if rank == 0:
-    print(f"available_transports() = {available_transports()}")
-t = pair(1 - rank, rank=rank, store=store, timeout=TIMEOUT, agent_name=f"tour-rank{rank}")
-print(f"connected through the {'TCPStore' if a.store == 'tcp' else 'process group store'}: {t.connected()}")
-out = {}
 
-if rank == 1:
+def owner(t: Any, ctl: dist.Store) -> dict[str, Any]:
+    """Rank 1: register and publish memory, then make no transport call; only sleep and look."""
     inbox = torch.zeros(16)                                   # rank 0 writes here
     table = 100 + torch.arange(16, dtype=torch.float32)       # rank 0 reads this
     shards = [200 + 4 * i + torch.arange(4, dtype=torch.float32) for i in range(4)]
@@ -59,7 +47,14 @@ if rank == 1:
     out = {"inbox": inbox.tolist(), "shards": [s.tolist() for s in shards]}
     for mem in mems.values():
         t.unregister_memory(mem)
-else:
+    return out
+
+
+def initiator(t: Any, ctl: dist.Store) -> dict[str, Any]:
+    """Rank 0: one-sided writes and reads of rank 1's memory, sync, async_op=True and asyncio."""
+    from torch.distributed._transport import wait_all
+    from torch.distributed._transport.nixl import NIXLRemoteBuffer
+
     src = torch.arange(16, dtype=torch.float32)
     local = torch.zeros(16)
     src_mem, local_mem = t.register_memory(src), t.register_memory(local)
@@ -107,10 +102,34 @@ else:
         print(f"after unregister_memory: {describe(e)}")
     out = {"local": local.tolist(), "gathered": gathered.tolist()}
     ctl.set("tour/done", b"1")
+    return out
 
-# Coordinate before closing: neither side may close while the other could still touch its memory.
-dist.barrier()
-t.close(timeout=TIMEOUT)
-print(f"closed: connected() = {t.connected()}")
-report(out)
-shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", choices=["tcp", "pg"], default="tcp")
+    a = p.parse_args(argv)
+    quiet_nixl()
+    from torch.distributed._transport import available_transports
+
+    rank = init_rank("gloo").rank
+    store = control_store(rank, timeout=TIMEOUT) if a.store == "tcp" else None
+    ctl = store if store is not None else dist.distributed_c10d._get_default_store()
+
+    if rank == 0:
+        print(f"available_transports() = {available_transports()}")
+    t = pair(1 - rank, rank=rank, store=store, timeout=TIMEOUT, agent_name=f"tour-rank{rank}")
+    print(f"connected through the {'TCPStore' if a.store == 'tcp' else 'process group store'}: {t.connected()}")
+    out = owner(t, ctl) if rank == 1 else initiator(t, ctl)
+
+    # Coordinate before closing: neither side may close while the other could still touch its memory.
+    dist.barrier()
+    t.close(timeout=TIMEOUT)
+    print(f"closed: connected() = {t.connected()}")
+    report(out)
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

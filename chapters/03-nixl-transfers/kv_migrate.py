@@ -10,13 +10,17 @@ as the descriptor appears, verifies every block bit-exactly, and computes the ne
 output from the pulled cache, which must equal, bit for bit, what prefill computes from its own cache.
 """
 
+from __future__ import annotations
+
 import argparse
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from pt215.launch import report, shutdown
+from pt215.launch import init_rank, report, shutdown
 from pt215.transport import (
     KVConfig,
     decode_step,
@@ -33,29 +37,11 @@ from pt215.transport import (
     wait_key,
 )
 
-quiet_nixl()
-
-p = argparse.ArgumentParser()
-p.add_argument("--layers", type=int, default=8)
-p.add_argument("--heads", type=int, default=8)
-p.add_argument("--head-dim", type=int, default=64)
-p.add_argument("--seq", type=int, default=512)
-p.add_argument("--seed", type=int, default=0)
-a = p.parse_args()
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-store = dist.distributed_c10d._get_default_store()
 TIMEOUT = 30.0
-torch.manual_seed(a.seed)
-cfg = KVConfig(layers=a.layers, heads=a.heads, head_dim=a.head_dim, seq=a.seq)
-w = make_weights(cfg, seed=a.seed)                # both sides serve the same model
-t = pair(1 - rank, rank=rank, timeout=TIMEOUT, agent_name=("prefill" if rank == 0 else "decode"))
-role = "prefill" if rank == 0 else "decode"
-print(f"{role}: {cfg.layers} layers x {cfg.layer_bytes // 1024} KiB KV blocks "
-      f"(shape {cfg.layer_shape}, {str(cfg.dtype).removeprefix('torch.')})")
 
-if rank == 0:
+
+def prefill_side(t: Any, store: dist.Store, cfg: KVConfig, w: dict[str, torch.Tensor], seed: int) -> dict[str, Any]:
+    """Rank 0: publish each layer's KV block as it is computed, then serve other requests until decode has it."""
     h, mems, blocks, spans = w["x"][: cfg.seq], [], [], []
     # Layer by layer, as a real prefill would: publish each layer's block as soon as it exists.
     for layer in range(cfg.layers):
@@ -72,15 +58,18 @@ if rank == 0:
     # Keep working (other requests) until decode says it has the cache. No transport call in this loop.
     extra, busy_from = 0, time.time()
     while not store.check(["kv/req0/pulled"]) and time.time() - busy_from < TIMEOUT:
-        prefill(cfg, make_weights(cfg, seed=a.seed + 1 + extra))
+        prefill(cfg, make_weights(cfg, seed=seed + 1 + extra))
         extra += 1
     print("prefill: decode says it has the cache")
     # Only now is it safe to drop the cache: decode has said it stopped reading.
     for mem in mems:
         t.unregister_memory(mem)
     print("prefill: unregistered request 0's KV blocks")
-    result = {"role": role, "layer_spans": spans, "extra_requests": extra, "busy": (busy_from, time.time())}
-else:
+    return {"role": "prefill", "layer_spans": spans, "extra_requests": extra, "busy": (busy_from, time.time())}
+
+
+def decode_side(t: Any, store: dist.Store, cfg: KVConfig, w: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Rank 1: pull every layer one-sided into one flat buffer, verify it, decode the next token from it."""
     flat = torch.empty(cfg.layers * cfg.layer_bytes, dtype=torch.uint8)
     flat_mem = t.register_memory(flat)              # one registration, one byte range per layer
     spans = []
@@ -103,11 +92,37 @@ else:
     print(f"decode: next-token attention output equals prefill's, bit for bit: {torch.equal(mine, ref)}")
     print(f"decode: output[0, :4] = {[round(x, 4) for x in mine[0, :4].tolist()]}")
     t.unregister_memory(flat_mem)
-    result = {"role": role, "bit_exact": all(same), "same_output": torch.equal(mine, ref),
-              "layer_spans": spans, "mib": cfg.layers * cfg.layer_bytes / 2**20,
-              "out4": [round(x, 4) for x in mine[0, :4].tolist()]}
+    return {"role": "decode", "bit_exact": all(same), "same_output": torch.equal(mine, ref),
+            "layer_spans": spans, "mib": cfg.layers * cfg.layer_bytes / 2**20,
+            "out4": [round(x, 4) for x in mine[0, :4].tolist()]}
 
-dist.barrier()                                      # nobody closes while the other may still touch it
-t.close(timeout=TIMEOUT)
-report(result)
-shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    cfg = KVConfig(layers=a.layers, heads=a.heads, head_dim=a.head_dim, seq=a.seq)  # checks the sizes
+    quiet_nixl()
+    rank = init_rank("gloo").rank
+    store = dist.distributed_c10d._get_default_store()
+    torch.manual_seed(a.seed)
+    w = make_weights(cfg, seed=a.seed)                # both sides serve the same model
+    t = pair(1 - rank, rank=rank, timeout=TIMEOUT, agent_name=("prefill" if rank == 0 else "decode"))
+    role = "prefill" if rank == 0 else "decode"
+    print(f"{role}: {cfg.layers} layers x {cfg.layer_bytes // 1024} KiB KV blocks "
+          f"(shape {cfg.layer_shape}, {str(cfg.dtype).removeprefix('torch.')})")
+    result = prefill_side(t, store, cfg, w, a.seed) if rank == 0 else decode_side(t, store, cfg, w)
+
+    dist.barrier()                                      # nobody closes while the other may still touch it
+    t.close(timeout=TIMEOUT)
+    report(result)
+    shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,9 +4,12 @@ and a DCP checkpoint with its 2.15 stride metadata.
 Run:  torchrun --nproc-per-node 2 fsdp_accum_dcp.py [--ckpt DIR] [--micro 4]
 """
 
+from __future__ import annotations
+
 import argparse
 import shutil
 import tempfile
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -17,148 +20,154 @@ from pt215.fsdp import (
     MoEConfig,
     MoETransformer,
     fsdp_units,
-    init_dist,
     install_comm_counters,
     keep_fp32_override,
     shard_model,
     synthetic_batch,
-    teardown,
 )
-from pt215.launch import report
-
-ap = argparse.ArgumentParser()
-ap.add_argument("--micro", type=int, default=4, help="microbatches per optimizer step")
-ap.add_argument("--ckpt", default=None, help="checkpoint folder (default: a temporary one, removed after)")
-a = ap.parse_args()
-
-rank, world, device = init_dist("gloo")
-cfg = MoEConfig()
-out: dict = {}
+from pt215.launch import init_rank, report, shutdown
 
 
-def say(*args):
-    if rank == 0:
-        print(*args)
-
-
-def build(seed: int = 0) -> MoETransformer:
+def build(cfg: MoEConfig, seed: int = 0) -> MoETransformer:
+    """The chapter's MoE model, router + norms fp32 and the rest bf16, sharded over all ranks."""
     torch.manual_seed(seed)
     m = MoETransformer(cfg)
     fn, _ = keep_fp32_override(m)
     return shard_model(m, MixedPrecisionPolicy(param_dtype=torch.bfloat16, param_dtype_override_fn=fn))
 
 
-micro = [synthetic_batch(cfg, batch=2, seq=16, seed=10 * i + rank) for i in range(a.micro)]
-n_units = cfg.n_layers + 1
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--micro", type=int, default=4, help="microbatches per optimizer step")
+    ap.add_argument("--ckpt", default=None, help="checkpoint folder (default: a temporary one, removed after)")
+    a = ap.parse_args(argv)
+    if a.micro < 1:
+        ap.error(f"--micro must be >= 1, got {a.micro}")
 
-# ---- A. the default: every backward reduce-scatters
-ref = build()
-log = install_comm_counters(ref)
-for x, y in micro:
-    (ref.loss(x, y)[0] / a.micro).backward()
-default_rs = log.count("reduce_scatter")
-default_ag = log.count("all_gather")
-say(f"== default, {a.micro} microbatches: reduce-scatters per unit {default_rs}, all-gathers {default_ag}")
-assert all(c == a.micro for c in default_rs.values()) and len(default_rs) == n_units
+    rank = init_rank("gloo", timeout_s=60).rank
+    cfg = MoEConfig()
+    out: dict = {}
 
-# ---- B. no sync during accumulation, one manual finalization at the end
-model = build()
-log = install_comm_counters(model)
-model.set_manual_backward_finalization(True)   # on the root, before backward
-model.set_requires_gradient_sync(False)        # accumulate unsharded gradients locally (fp32 here)
-for x, y in micro:
-    (model.loss(x, y)[0] / a.micro).backward()
-before = log.count("reduce_scatter")
-model.set_requires_gradient_sync(True)         # re-enable, then finalize: one reduce-scatter per unit
-model.finalize_backward()
-manual_rs = log.count("reduce_scatter")
-say(f"== sync off + finalize_backward(): reduce-scatters before finalize {before}, after {manual_rs}")
-assert before == {} and all(c == 1 for c in manual_rs.values()) and len(manual_rs) == n_units
-diff = max((p.grad.full_tensor() - q.grad.full_tensor()).abs().max().item()
-           for p, q in zip(model.parameters(), ref.parameters(), strict=True))
-scale = max(q.grad.full_tensor().abs().max().item() for q in ref.parameters())
-say(f"   same gradients as the default? max |diff| / max |grad| = {diff / scale:.1e} (< 1e-5: "
-    f"{diff / scale < 1e-5})")
-assert diff / scale < 1e-5
-out["accumulate"] = {"micro": a.micro, "default_rs": default_rs, "default_ag": default_ag,
-                     "manual_rs": manual_rs, "manual_ag": log.count("all_gather"), "rel_diff": diff / scale}
+    def say(*args: object) -> None:
+        if rank == 0:
+            print(*args)
 
-# ---- B2. the same, and keep the parameters unsharded between microbatches: one all-gather per unit too
-m3 = build()
-log3 = install_comm_counters(m3)
-m3.set_manual_backward_finalization(True)
-m3.set_requires_gradient_sync(False)
-m3.set_reshard_after_forward(False)
-m3.set_reshard_after_backward(False)
-for x, y in micro:
-    (m3.loss(x, y)[0] / a.micro).backward()
-m3.set_requires_gradient_sync(True)
-m3.set_reshard_after_backward(True)            # finalize follows the current settings: reshard at the end
-m3.finalize_backward()
-kept_ag, kept_rs = log3.count("all_gather"), log3.count("reduce_scatter")
-say(f"== + reshard_after_forward/backward=False: all-gathers {kept_ag}, reduce-scatters {kept_rs}")
-assert all(c == 1 for c in kept_ag.values()) and all(c == 1 for c in kept_rs.values())
-out["accumulate"].update({"unsharded_ag": kept_ag, "unsharded_rs": kept_rs})
+    micro = [synthetic_batch(cfg, batch=2, seq=16, seed=10 * i + rank) for i in range(a.micro)]
+    n_units = cfg.n_layers + 1
 
-# ---- C. set_keep_unsharded_storage: the unsharded parameter keeps its memory across reshard
-keep_rows = {}
-for keep in (False, True):
-    m = build()
-    m.set_keep_unsharded_storage(keep)
-    blk = m.blocks[0]
-    blk.unshard()
-    w = blk.attn.qkv.weight          # the unsharded parameter while the unit is unsharded
-    ptr = w.data_ptr()
-    blk.reshard()
-    alive = w.untyped_storage().nbytes() > 0
-    blk.unshard()
-    same_obj = blk.attn.qkv.weight is w
-    same_ptr = w.data_ptr() == ptr
-    blk.reshard()
-    keep_rows[str(keep)] = {"storage_kept_after_reshard": alive, "same_param_object": same_obj,
-                            "same_data_ptr": same_ptr}
-    line = f"== keep_unsharded_storage={keep}: storage kept after reshard: {alive}; same Parameter object: {same_obj}"
-    if keep:  # with keep=False a re-allocation *may* land on the same address: not a guarantee, not printed
-        line += f"; same data_ptr after re-unshard: {same_ptr}"
-        assert alive and same_ptr
-    else:
-        assert not alive
-    say(line)
-out["keep"] = keep_rows
+    # ---- A. the default: every backward reduce-scatters
+    ref = build(cfg)
+    log = install_comm_counters(ref)
+    for x, y in micro:
+        (ref.loss(x, y)[0] / a.micro).backward()
+    default_rs = log.count("reduce_scatter")
+    default_ag = log.count("all_gather")
+    say(f"== default, {a.micro} microbatches: reduce-scatters per unit {default_rs}, all-gathers {default_ag}")
+    assert all(c == a.micro for c in default_rs.values()) and len(default_rs) == n_units
 
-# ---- D. DCP save, stride metadata, load back
-path = a.ckpt
-tmp = None
-if path is None:
-    holder = [tempfile.mkdtemp(prefix="dcp-") if rank == 0 else None]
-    dist.broadcast_object_list(holder, src=0)
-    path = tmp = holder[0]
-plain_t = torch.arange(12.0).reshape(3, 4).t()          # a transposed (non-contiguous) plain tensor
-state = {"model": model.state_dict(), "plain_T": plain_t}
-dcp.save(state, checkpoint_id=path)
-meta = dcp.FileSystemReader(path).read_metadata()
-rows = {}
-for fqn in ("model.blocks.0.moe.experts.w_in", "model.blocks.0.moe.router.gate.weight", "plain_T"):
-    md = meta.state_dict_metadata[fqn]
-    rows[fqn] = {"size": list(md.size), "dtype": str(md.properties.dtype), "strides": list(md.properties.strides),
-                 "chunks": len(md.chunks)}
-    say(f"== {fqn}: size {tuple(md.size)} strides {md.properties.strides} chunks {len(md.chunks)} "
-        f"dtype {md.properties.dtype}")
-state_len = len(meta.state_dict_metadata["plain_T"].properties.__getstate__())
-say(f"== TensorProperties pickled state has {state_len} elements")
-fresh = build(seed=123)                                  # different weights, then load
-target = {"model": fresh.state_dict(), "plain_T": torch.zeros(4, 3)}
-dcp.load(target, checkpoint_id=path)
-fresh.load_state_dict(target["model"])
-same = all(torch.equal(p.full_tensor(), q.full_tensor())
-           for p, q in zip(fresh.parameters(), model.parameters(), strict=True))
-say(f"== loaded into a fresh model: parameters equal {same}; plain_T equal "
-    f"{torch.equal(target['plain_T'], plain_t)}, loaded stride {target['plain_T'].stride()}")
-assert same and torch.equal(target["plain_T"], plain_t)
-out["dcp"] = {"rows": rows, "state_len": state_len, "loaded_equal": same}
-dist.barrier()
-if tmp is not None and rank == 0:
-    shutil.rmtree(tmp, ignore_errors=True)
-out["units"] = list(fsdp_units(model))
-report(out)
-teardown()
+    # ---- B. no sync during accumulation, one manual finalization at the end
+    model = build(cfg)
+    log = install_comm_counters(model)
+    model.set_manual_backward_finalization(True)   # on the root, before backward
+    model.set_requires_gradient_sync(False)        # accumulate unsharded gradients locally (fp32 here)
+    for x, y in micro:
+        (model.loss(x, y)[0] / a.micro).backward()
+    before = log.count("reduce_scatter")
+    model.set_requires_gradient_sync(True)         # re-enable, then finalize: one reduce-scatter per unit
+    model.finalize_backward()
+    manual_rs = log.count("reduce_scatter")
+    say(f"== sync off + finalize_backward(): reduce-scatters before finalize {before}, after {manual_rs}")
+    assert before == {} and all(c == 1 for c in manual_rs.values()) and len(manual_rs) == n_units
+    diff = max((p.grad.full_tensor() - q.grad.full_tensor()).abs().max().item()
+               for p, q in zip(model.parameters(), ref.parameters(), strict=True))
+    scale = max(q.grad.full_tensor().abs().max().item() for q in ref.parameters())
+    say(f"   same gradients as the default? max |diff| / max |grad| = {diff / scale:.1e} (< 1e-5: "
+        f"{diff / scale < 1e-5})")
+    assert diff / scale < 1e-5
+    out["accumulate"] = {"micro": a.micro, "default_rs": default_rs, "default_ag": default_ag,
+                         "manual_rs": manual_rs, "manual_ag": log.count("all_gather"), "rel_diff": diff / scale}
+
+    # ---- B2. the same, and keep the parameters unsharded between microbatches: one all-gather per unit too
+    m3 = build(cfg)
+    log3 = install_comm_counters(m3)
+    m3.set_manual_backward_finalization(True)
+    m3.set_requires_gradient_sync(False)
+    m3.set_reshard_after_forward(False)
+    m3.set_reshard_after_backward(False)
+    for x, y in micro:
+        (m3.loss(x, y)[0] / a.micro).backward()
+    m3.set_requires_gradient_sync(True)
+    m3.set_reshard_after_backward(True)            # finalize follows the current settings: reshard at the end
+    m3.finalize_backward()
+    kept_ag, kept_rs = log3.count("all_gather"), log3.count("reduce_scatter")
+    say(f"== + reshard_after_forward/backward=False: all-gathers {kept_ag}, reduce-scatters {kept_rs}")
+    assert all(c == 1 for c in kept_ag.values()) and all(c == 1 for c in kept_rs.values())
+    out["accumulate"].update({"unsharded_ag": kept_ag, "unsharded_rs": kept_rs})
+
+    # ---- C. set_keep_unsharded_storage: the unsharded parameter keeps its memory across reshard
+    keep_rows = {}
+    for keep in (False, True):
+        m = build(cfg)
+        m.set_keep_unsharded_storage(keep)
+        blk = m.blocks[0]
+        blk.unshard()
+        w = blk.attn.qkv.weight          # the unsharded parameter while the unit is unsharded
+        ptr = w.data_ptr()
+        blk.reshard()
+        alive = w.untyped_storage().nbytes() > 0
+        blk.unshard()
+        same_obj = blk.attn.qkv.weight is w
+        same_ptr = w.data_ptr() == ptr
+        blk.reshard()
+        keep_rows[str(keep)] = {"storage_kept_after_reshard": alive, "same_param_object": same_obj,
+                                "same_data_ptr": same_ptr}
+        line = f"== keep_unsharded_storage={keep}: storage kept after reshard: {alive}; same Parameter object: {same_obj}"
+        if keep:  # with keep=False a re-allocation *may* land on the same address: not a guarantee, not printed
+            line += f"; same data_ptr after re-unshard: {same_ptr}"
+            assert alive and same_ptr
+        else:
+            assert not alive
+        say(line)
+    out["keep"] = keep_rows
+
+    # ---- D. DCP save, stride metadata, load back
+    path = a.ckpt
+    tmp = None
+    if path is None:
+        holder = [tempfile.mkdtemp(prefix="dcp-") if rank == 0 else None]
+        dist.broadcast_object_list(holder, src=0)
+        path = tmp = holder[0]
+    plain_t = torch.arange(12.0).reshape(3, 4).t()          # a transposed (non-contiguous) plain tensor
+    state = {"model": model.state_dict(), "plain_T": plain_t}
+    dcp.save(state, checkpoint_id=path)
+    meta = dcp.FileSystemReader(path).read_metadata()
+    rows = {}
+    for fqn in ("model.blocks.0.moe.experts.w_in", "model.blocks.0.moe.router.gate.weight", "plain_T"):
+        md = meta.state_dict_metadata[fqn]
+        rows[fqn] = {"size": list(md.size), "dtype": str(md.properties.dtype), "strides": list(md.properties.strides),
+                     "chunks": len(md.chunks)}
+        say(f"== {fqn}: size {tuple(md.size)} strides {md.properties.strides} chunks {len(md.chunks)} "
+            f"dtype {md.properties.dtype}")
+    state_len = len(meta.state_dict_metadata["plain_T"].properties.__getstate__())
+    say(f"== TensorProperties pickled state has {state_len} elements")
+    fresh = build(cfg, seed=123)                            # different weights, then load
+    target = {"model": fresh.state_dict(), "plain_T": torch.zeros(4, 3)}
+    dcp.load(target, checkpoint_id=path)
+    fresh.load_state_dict(target["model"])
+    same = all(torch.equal(p.full_tensor(), q.full_tensor())
+               for p, q in zip(fresh.parameters(), model.parameters(), strict=True))
+    say(f"== loaded into a fresh model: parameters equal {same}; plain_T equal "
+        f"{torch.equal(target['plain_T'], plain_t)}, loaded stride {target['plain_T'].stride()}")
+    assert same and torch.equal(target["plain_T"], plain_t)
+    out["dcp"] = {"rows": rows, "state_len": state_len, "loaded_equal": same}
+    dist.barrier()
+    if tmp is not None and rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["units"] = list(fsdp_units(model))
+    report(out)
+    shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

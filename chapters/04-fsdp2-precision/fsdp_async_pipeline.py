@@ -24,8 +24,7 @@ from torch.distributed.fsdp import FSDPModule, GradientReductionHandle, fully_sh
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-from pt215.fsdp import init_dist, teardown
-from pt215.launch import report
+from pt215.launch import init_rank, report, shutdown
 
 DIM = 32
 
@@ -120,21 +119,23 @@ def part_b(rank: int, world: int, micro: int, n_microbatches: int = 2) -> dict:
             "rs_per_step_deferred": calls_deferred, "max_grad_diff": float((g_def - g_each).abs().max())}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--micro", type=int, default=3, help="microbatches (part A) / step() calls (part B)")
     a = ap.parse_args(argv)
     if a.micro < 1:
         ap.error(f"--micro must be >= 1, got {a.micro}")
-    rank, world, _ = init_dist("gloo")
+    me = init_rank("gloo", timeout_s=60)
+    rank, world = me.rank, me.world
     if world % 2:
         raise SystemExit(f"fsdp_async_pipeline.py needs an even world size, got {world}")
     out = {"A": part_a(rank, world, a.micro)}
     dist.barrier()
     out["B"] = part_b(rank, world, a.micro)
     report(out)
-    teardown()
+    shutdown()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

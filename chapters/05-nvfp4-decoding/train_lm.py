@@ -5,6 +5,11 @@ Reproduce (one CPU thread, seed 0; about 8-15 minutes per model on a busy shared
     .venv/bin/python chapters/05-nvfp4-decoding/train_lm.py --variant dense --steps 500 --seed 0
     .venv/bin/python chapters/05-nvfp4-decoding/train_lm.py --variant moe   --steps 500 --seed 0
 
+A quick run that checks the whole loop without touching the shipped weights (seconds):
+
+    .venv/bin/python chapters/05-nvfp4-decoding/train_lm.py --steps 3 --batch 2 --seq-len 32 \
+        --eval-bytes 2049 --out /tmp/lm.pt
+
 Corpus: data/05-nvfp4-decoding/corpus.txt.gz = Python 3.11.7's pydoc_data.topics (language-reference help
 topics, PSF licence), concatenated in sorted-key order; first 90% train, last 10% held out.
 Regenerate it with --make-corpus (only identical on Python 3.11.7).
@@ -18,17 +23,22 @@ import argparse
 import gzip
 import math
 import sys
-import time
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from pt215.model import DATA_DIR, PRETRAINED, ModelConfig, build_model, load_corpus, perplexity, save_checkpoint
+from pt215.timing import Stopwatch
 
-CONFIGS = {
-    "dense": ModelConfig(),
-    "moe": ModelConfig(moe_experts=4, moe_top_k=2, moe_ffn_hidden=128),
-}
+VARIANTS = ("dense", "moe")
+
+
+def make_config(variant: str) -> ModelConfig:
+    """The shipped models' configurations: the default dense LM, or 4 experts with top-2 routing."""
+    if variant == "moe":
+        return ModelConfig(moe_experts=4, moe_top_k=2, moe_ffn_hidden=128)
+    return ModelConfig()
 
 
 def make_corpus() -> None:
@@ -39,30 +49,35 @@ def make_corpus() -> None:
     print(f"wrote corpus: {len(text.encode())} bytes (Python {sys.version.split()[0]})")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--variant", choices=sorted(CONFIGS), default="dense")
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", choices=VARIANTS, default="dense")
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-bytes", type=int, default=None,
+                    help="evaluate perplexity on the first N held-out bytes (default: all of them)")
     ap.add_argument("--out", default=None, help="checkpoint path (default: the shipped file)")
     ap.add_argument("--make-corpus", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    for name in ("steps", "batch", "seq_len"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be a positive int, got {getattr(args, name)}")
     if args.make_corpus:
         make_corpus()
-        return
+        return 0
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    cfg = CONFIGS[args.variant]
+    cfg = make_config(args.variant)
     model = build_model(cfg)
     train, held = load_corpus("train"), load_corpus("heldout")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     g = torch.Generator().manual_seed(args.seed)
     warm = 50
     losses = []
-    t0 = time.perf_counter()
+    clock = Stopwatch()  # running: each read gives the seconds since the start
     for step in range(args.steps):
         lr = args.lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
         for group in opt.param_groups:
@@ -79,9 +94,9 @@ def main() -> None:
         opt.step()
         losses.append(loss.item())
         if step % 100 == 0 or step == args.steps - 1:
-            print(f"step {step:4d} loss {loss.item():.3f} lr {lr:.2e} {time.perf_counter() - t0:.0f}s", flush=True)
+            print(f"step {step:4d} loss {loss.item():.3f} lr {lr:.2e} {clock.seconds:.0f}s", flush=True)
     model.eval()
-    ppl = perplexity(model, held, seq_len=256)
+    ppl = perplexity(model, held if args.eval_bytes is None else held[: args.eval_bytes], seq_len=256)
     print(f"held-out perplexity per byte (fp32 weights): {ppl:.3f}; params {model.num_params()}")
     out = args.out or DATA_DIR / PRETRAINED[args.variant]
     meta = {
@@ -89,11 +104,12 @@ def main() -> None:
                    f"--seed {args.seed}",
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "lr": args.lr,
         "torch": str(torch.__version__), "final_train_loss": sum(losses[-50:]) / len(losses[-50:]),
-        "heldout_ppl_fp32": ppl, "train_seconds": time.perf_counter() - t0,
+        "heldout_ppl_fp32": ppl, "train_seconds": clock.seconds,
     }
     save_checkpoint(model, out, meta=meta)
     print(f"saved {args.variant} checkpoint")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -2,6 +2,7 @@
 
     .venv/bin/python chapters/06-fp8-mps/fp8_accuracy_and_speed.py            # CPU, one thread
     .venv/bin/python chapters/06-fp8-mps/fp8_accuracy_and_speed.py --device mps
+    .venv/bin/python chapters/06-fp8-mps/fp8_accuracy_and_speed.py --small    # a quick check of the script
 
 Three measurements, printed as numbered sections:
 
@@ -14,28 +15,27 @@ Three measurements, printed as numbered sections:
 3. decode matmul time
     FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4 (the ratio the chapter quotes).
 
-Timings are medians of interleaved repetitions (`pt215.timing.interleaved_medians`); on CPU they use one thread.
+Timings are medians of interleaved repetitions (`pt215.timing.interleaved_medians`, the device synchronized
+around each call); on CPU they use one thread. `--small` runs every section on fewer tokens and smaller shapes,
+to check the script, not to quote.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Sequence
 
 import torch
 
 from pt215 import fp8
 from pt215 import model as lm
+from pt215.moe import SeededMoE
 from pt215.timing import interleaved_medians
 
 
-def interleaved(fns: dict, reps: int, device: str) -> dict[str, float]:
-    """Median ms of each function, repetitions interleaved so background load hits all of them alike."""
-    t = interleaved_medians(fns, iters=reps, warmup=1, sync=lambda: fp8._sync(device))
-    return {k: v * 1e3 for k, v in t.items()}
-
-
-def accuracy() -> None:
+def accuracy(windows: int = 8) -> None:
+    """Section 1: FP8 vs bf16 on the chapter-5 dense model, over `windows` held-out windows of 256 bytes."""
     dense = lm.load_pretrained("dense")
     heldout = lm.load_corpus("heldout")
     acts: dict[str, torch.Tensor] = {}
@@ -45,7 +45,7 @@ def accuracy() -> None:
         dense(heldout[:512].view(4, 128))
     for h in hooks:
         h.remove()
-    tokens = heldout[: 8 * 256 + 1]
+    tokens = heldout[: windows * 256 + 1]
     base = lm.perplexity(dense, tokens, seq_len=256, batch=8)
     print(f"1. accuracy, chapter-5 dense model (e4m3; bf16-stored weights computed in fp32 = reference); "
           f"perplexity reference {base:.4f}")
@@ -64,48 +64,62 @@ def accuracy() -> None:
               f"{ppl:.4f} ({(ppl / base - 1) * 100:+.2f}%) | next-token agreement {agree:.4f}")
 
 
-def grouped_vs_loop(device: str, reps: int) -> None:
-    layer = fp8.SeededMoE(512, 1024, 8, 2, seed=0).to(device)
+def grouped_vs_loop(device: str, reps: int, hidden: int = 512, inter: int = 1024) -> None:
+    """Section 2: one MoE feed-forward step (8 experts, top-2, batch 4), bf16 grouped_mm vs loops."""
+    layer = SeededMoE(hidden, inter, 8, 2, seed=0).to(device)
     layer.to_fp8()
-    x = torch.randn(4, 512, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(device)
+    x = torch.randn(4, hidden, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(device)
     with torch.no_grad():
-        t = interleaved({impl: (lambda impl=impl: layer(x, impl)) for impl in ("grouped", "loop", "fp8")},
-                        reps, device)
-    print(f"2. MoE FFN step on {device}, 8 experts top-2, batch 4, hidden 512, expert hidden 1024, median of {reps}:")
+        s = interleaved_medians({impl: (lambda impl=impl: layer(x, impl)) for impl in ("grouped", "loop", "fp8")},
+                                iters=reps, warmup=1, device=device)
+    t = {name: sec * 1e3 for name, sec in s.items()}  # ms
+    print(f"2. MoE FFN step on {device}, 8 experts top-2, batch 4, hidden {hidden}, expert hidden {inter}, "
+          f"median of {reps}:")
     print(f"   bf16 grouped_mm {t['grouped']:.3f} ms | bf16 loop {t['loop']:.3f} ms "
           f"(loop/grouped {t['loop'] / t['grouped']:.2f}x) | FP8 loop {t['fp8']:.3f} ms "
           f"(FP8/grouped {t['fp8'] / t['grouped']:.1f}x)")
 
 
-def decode_ratio(device: str, reps: int) -> None:
+def decode_ratio(device: str, reps: int, sizes: Sequence[int] = (1024, 4096)) -> None:
+    """Section 3: FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4, for K = N in `sizes`."""
     print(f"3. decode matmul on {device}, FP8 scaled_mm (incl. activation quantization) vs bf16, median of {reps}:")
-    for k in (1024, 4096):
+    for k in sizes:
         w16 = (torch.randn(k, k, generator=torch.Generator().manual_seed(2)) / 32).to(torch.bfloat16)
         qs = {sc: fp8.quantize(w16.float(), scaling=sc) for sc in ("tensorwise", "rowwise")}
         w16 = w16.to(device)
         qs = {sc: fp8.FP8Tensor(q.data.to(device), q.scale.to(device), sc) for sc, q in qs.items()}
         for m in (1, 2, 4):
             x = torch.randn(m, k).to(torch.bfloat16).to(device)
-            t = interleaved({"bf16": lambda x=x, w=w16: x @ w.t(),
-                             "tensorwise": lambda x=x, q=qs["tensorwise"]: fp8.scaled_matmul(x, q),
-                             "rowwise": lambda x=x, q=qs["rowwise"]: fp8.scaled_matmul(x, q)}, reps, device)
+            s = interleaved_medians({"bf16": lambda x=x, w=w16: x @ w.t(),
+                                     "tensorwise": lambda x=x, q=qs["tensorwise"]: fp8.scaled_matmul(x, q),
+                                     "rowwise": lambda x=x, q=qs["rowwise"]: fp8.scaled_matmul(x, q)},
+                                    iters=reps, warmup=1, device=device)
+            t = {name: sec * 1e3 for name, sec in s.items()}  # ms
             print(f"   K=N={k:<5} M={m}  bf16 {t['bf16']:8.3f} ms | FP8 tensorwise {t['tensorwise']:8.3f} ms "
                   f"({t['tensorwise'] / t['bf16']:5.1f}x) | FP8 rowwise {t['rowwise']:8.3f} ms "
                   f"({t['rowwise'] / t['bf16']:5.1f}x)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--reps", type=int, default=11)
+    p.add_argument("--small", action="store_true", help="fewer tokens, smaller shapes, 3 repetitions (a quick check)")
     a = p.parse_args(argv)
+    if a.reps < 1:
+        p.error(f"--reps must be >= 1, got {a.reps}")
     if a.device == "cpu":
         torch.set_num_threads(1)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, device {a.device}" + (", 1 thread" if a.device == "cpu" else ""))
-    accuracy()
-    grouped_vs_loop(a.device, a.reps)
-    decode_ratio(a.device, a.reps)
+    if a.small:
+        accuracy(windows=1)
+        grouped_vs_loop(a.device, 3, hidden=128, inter=256)
+        decode_ratio(a.device, 3, sizes=(256,))
+    else:
+        accuracy()
+        grouped_vs_loop(a.device, a.reps)
+        decode_ratio(a.device, a.reps)
     return 0
 
 

@@ -7,22 +7,30 @@ runs one forward/backward, and records the dtype of every reduce-scatter input (
 `set_custom_reduce_scatter` hook, through `pt215.fsdp.install_comm_counters`) and of the sharded `.grad`.
 """
 
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
 import torch
 import torch.nn as nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from pt215.fsdp import init_dist, install_comm_counters
-from pt215.launch import report, shutdown
+from pt215.fsdp import install_comm_counters
+from pt215.launch import init_rank, report, shutdown
 
-POLICIES = {
-    "reduce_dtype unset": MixedPrecisionPolicy(param_dtype=torch.bfloat16),  # noqa: PT1505 - the case measured
-    "reduce_dtype=torch.bfloat16": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16),
-    "reduce_dtype=torch.float32": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
-}
 
-rank, world, _ = init_dist("gloo")
-out = {}
-for name, policy in POLICIES.items():
+def policies() -> dict[str, MixedPrecisionPolicy]:
+    """The three settings compared: `reduce_dtype` unset, bf16 and fp32, all with `param_dtype=bf16`."""
+    return {
+        "reduce_dtype unset": MixedPrecisionPolicy(param_dtype=torch.bfloat16),  # noqa: PT1505 - the case measured
+        "reduce_dtype=torch.bfloat16": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16),
+        "reduce_dtype=torch.float32": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+    }
+
+
+def probe(policy: MixedPrecisionPolicy) -> dict:
+    """One forward/backward of a small sharded MLP: reduce-scatter input dtypes and bytes, sharded grad dtypes."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
     for layer in model:
@@ -34,6 +42,16 @@ for name, policy in POLICIES.items():
     reduced = sorted({r.dtype for r in log.records if r.kind == "reduce_scatter"})
     nbytes = sum(r.nbytes for r in log.records if r.kind == "reduce_scatter")
     grads = sorted({str(p.grad.dtype).replace("torch.", "") for p in model.parameters()})
-    out[name] = {"reduce_scatter_dtype": reduced, "reduce_scatter_bytes": nbytes, "grad_dtype": grads}
-report(out)
-shutdown()
+    return {"reduce_scatter_dtype": reduced, "reduce_scatter_bytes": nbytes, "grad_dtype": grads}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)  # no options
+    init_rank("gloo", timeout_s=60)
+    report({name: probe(policy) for name, policy in policies().items()})
+    shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

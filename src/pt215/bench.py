@@ -11,9 +11,12 @@ Formulas (GB/s with GB = 10**9 bytes; S in bytes, t in seconds, n ranks):
     broadcast, reduce, send_recv                     1   S = the tensor
 
 Measurement (inside an initialized process group): for each size, a correctness check, `warmup`
-untimed iterations, then `iters` iterations issued back to back and timed together; the time per
-iteration is averaged across ranks with an all_reduce. In the same run, `memcpy_bandwidth` measures
-the copy bandwidth of the memory the collective moves (CPU: a large `copy_`; GPU: device-to-device).
+untimed iterations, then `iters` iterations issued back to back and timed together with one
+`pt215.timing.Stopwatch` (the device synchronized once at the end, as nccl-tests does); the time per
+iteration is averaged across ranks with an all_reduce. In the same run, the command line measures the copy
+bandwidth of the memory the collective moves with `pt215.roofline.copy_bandwidth` (CPU: a large `copy_`;
+GPU: device-to-device). That figure counts a copy of n bytes as 2n (read + write); the payload ceiling a
+collective's busbw is compared with is half of it, the rate at which n bytes can be moved at all.
 
 Command line (works on a laptop; runs under torchrun): `python -m pt215.bench --help`.
 """
@@ -22,15 +25,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
-import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
+
+from pt215.launch import init_rank, report, shutdown
+from pt215.roofline import copy_bandwidth
+from pt215.timing import Stopwatch, sync
 
 __all__ = [
     "OPS",
@@ -40,7 +44,7 @@ __all__ = [
     "bus_factor",
     "format_table",
     "main",
-    "memcpy_bandwidth",
+    "mean_across_ranks",
     "parse_size",
     "size_sweep",
     "sweep",
@@ -48,7 +52,7 @@ __all__ = [
 ]
 
 GB = 1e9
-MEMCPY_MIN_DEFAULT = 128 * 2**20  # the CLI's smallest default memcpy size: above typical last-level caches
+COPY_MIN_DEFAULT = 128 * 2**20  # the CLI's smallest default copy size: above typical last-level caches
 
 #: Collectives the benchmark knows, with the nccl-tests bus-bandwidth factor as a function of n.
 _FACTORS: dict[str, Callable[[int], float]] = {
@@ -186,11 +190,6 @@ def _issuer(op: str, inp: torch.Tensor, out: torch.Tensor | None, group) -> Call
     return send_recv
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _check_result(op: str, inp: torch.Tensor, out: torch.Tensor | None, group, device) -> bool:
     """One correctness pass: rank r contributes r+1 everywhere; compare with what op must produce."""
     rank, n = dist.get_rank(group), dist.get_world_size(group)
@@ -198,7 +197,7 @@ def _check_result(op: str, inp: torch.Tensor, out: torch.Tensor | None, group, d
     if out is not None:
         out.zero_()
     _issuer(op, inp, out, group)()
-    _sync(device)
+    sync(device)
     total = n * (n + 1) / 2
     if op == "all_reduce":
         ok = bool((inp == total).all())
@@ -220,7 +219,8 @@ def _check_result(op: str, inp: torch.Tensor, out: torch.Tensor | None, group, d
     return ok
 
 
-def _mean_across_ranks(value: float, group, device: torch.device) -> float:
+def mean_across_ranks(value: float, group=None, device: torch.device | str = "cpu") -> float:
+    """`value` averaged over the ranks of `group` (default: WORLD); `device` is where the backend reduces."""
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t, group=group)
     return t.item() / dist.get_world_size(group)
@@ -246,14 +246,13 @@ def time_collective(op: str, nbytes: int, *, warmup: int = 5, iters: int = 20, d
     issue = _issuer(op, inp, out, group)
     for _ in range(warmup):
         issue()
-    _sync(device)
+    sync(device)
     dist.barrier(group=group)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        issue()
-    _sync(device)
-    per_iter = (time.perf_counter() - t0) / iters
-    return _mean_across_ranks(per_iter, group, device), used, ok
+    with Stopwatch(device) as clock:  # all iterations issued back to back, the device synchronized once at the end
+        for _ in range(iters):
+            issue()
+    per_iter = clock.seconds / iters
+    return mean_across_ranks(per_iter, group, device), used, ok
 
 
 @dataclass(frozen=True)
@@ -290,34 +289,6 @@ def sweep(op: str, sizes: Sequence[int], *, warmup: int = 5, iters: int = 20, dt
         rows.append(SweepRow(op, used, used // esize, str(dtype).removeprefix("torch."), n, secs,
                              algbw(used, secs), bus_bandwidth(op, used, secs, n), ok))
     return rows
-
-
-# ---------------------------------------------------------------- the physical limit
-
-
-def memcpy_bandwidth(nbytes: int, *, device: torch.device | str = "cpu", warmup: int = 3, iters: int = 10) -> float:
-    """Copy bandwidth in GB/s: bytes copied per second by `dst.copy_(src)` of `nbytes` (median of `iters`).
-
-    CPU: a host memory copy (use a size well above the last-level cache). GPU: a device-to-device copy.
-    Each copy reads `nbytes` and writes `nbytes`; the figure counts the bytes copied once, as nvbandwidth does.
-    """
-    _check_int("nbytes", nbytes, 1)
-    _check_int("iters", iters, 1)
-    _check_int("warmup", warmup, 0)
-    device = torch.device(device)
-    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.zeros_like(src)  # touch every page before timing
-    for _ in range(warmup):
-        dst.copy_(src)
-    _sync(device)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return nbytes / times[len(times) // 2] / GB
 
 
 # ---------------------------------------------------------------- output and command line
@@ -370,66 +341,55 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     p.add_argument("--backend", default="auto",
                    help="process-group backend: auto (nccl with GPUs, else gloo), gloo, nccl, nccl-legacy, ...")
-    p.add_argument("--memcpy-bytes", type=parse_size, default=None,
-                   help="size of the memcpy-bandwidth measurement (default: the largest sweep size, "
+    p.add_argument("--copy-bytes", type=parse_size, default=None,
+                   help="size of the copy-bandwidth measurement (default: the largest sweep size, "
                         "at least 128M so that caches do not serve it)")
     p.add_argument("--no-check", action="store_true", help="skip the per-size correctness check")
     return p
 
 
-def _init(backend: str) -> tuple[torch.device, bool]:
-    """Initialize the default group from torchrun's env, or a 1-rank group; return (device, we_initialized)."""
+def _join(backend: str) -> tuple[torch.device, bool]:
+    """Join the job through `launch.init_rank` (a 1-rank group without torchrun), unless a process group
+    exists already (a caller's); return (device, whether this call joined)."""
     if dist.is_initialized():
         return _default_device(), False
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = "nccl" in backend
-    device = torch.device("cuda", local) if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    if "RANK" in os.environ:
-        dist.init_process_group(backend, device_id=device if use_cuda else None)
-    else:
-        store = dist.HashStore()
-        dist.init_process_group(backend, store=store, rank=0, world_size=1, device_id=device if use_cuda else None)
-    return device, True
+    return init_rank(backend).device, True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m pt215.bench`; also called by the chapter's bench_sweep.py."""
+    """Entry point of `python -m pt215.bench`; a sweep of one collective (chapter 1.3)."""
     a = _parser().parse_args(argv)
     sizes = size_sweep(a.min_bytes, a.max_bytes, a.factor)
     dtype = getattr(torch, a.dtype)
-    device, owned = _init(a.backend)
+    device, joined = _join(a.backend)
     rank, n = dist.get_rank(), dist.get_world_size()
     try:
         rows = [r for op in a.op for r in sweep(op, sizes, warmup=a.warmup, iters=a.iters, dtype=dtype,
                                                  device=device, check=not a.no_check)]
-        mem_bytes = a.memcpy_bytes or max(max(sizes), MEMCPY_MIN_DEFAULT)
-        mem = _mean_across_ranks(memcpy_bandwidth(mem_bytes, device=device), None, device)
+        copy_bytes = a.copy_bytes or max(max(sizes), COPY_MIN_DEFAULT)
+        copy = mean_across_ranks(copy_bandwidth(copy_bytes, device=device), None, device) / GB
+        ceiling = copy / 2  # n payload bytes moved = one copy of n bytes, which copy_bandwidth counts as 2n
         result = {"backend": str(dist.get_backend()), "world_size": n, "device": device.type,
-                  "memcpy_GBps": mem, "memcpy_bytes": mem_bytes,
+                  "copy_GBps": copy, "copy_bytes": copy_bytes, "payload_ceiling_GBps": ceiling,
                   "rows": [r.as_dict() for r in rows]}
         if rank == 0:
             print(f"backend {result['backend']}, {n} rank(s), {device.type}, {a.dtype}, "
                   f"{a.warmup} warm-up + {a.iters} timed iterations per size")
             print(format_table(rows))
-            print(f"memcpy bandwidth ({device.type}, {_human(result['memcpy_bytes'])}, same run): {mem:.2f} GB/s")
+            print(f"copy bandwidth ({device.type}, {_human(copy_bytes)}, same run, read + write counted): "
+                  f"{copy:.2f} GB/s; payload ceiling = copy / 2 = {ceiling:.2f} GB/s")
             for op in a.op:
                 last = [r for r in rows if r.op == op][-1]
                 print(f"{op} busbw at {_human(last.nbytes)}: {last.busbw:.3f} GB/s = "
-                      f"{last.busbw / mem:.1%} of memcpy")
-        from pt215.launch import report
-
+                      f"{last.busbw / ceiling:.1%} of the payload ceiling")
         report(result)
     finally:
-        if owned:
-            from pt215.launch import shutdown
-
+        if joined:
             shutdown()
     return 0 if all(r.correct for r in rows) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

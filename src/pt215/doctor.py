@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pt215.checks import Check
 
-__all__ = ["BOOK_DATA", "book_data_path", "collect", "main", "machine_summary"]
+__all__ = ["BOOK_DATA", "collect", "main", "machine_summary"]
 
 TORCH_WANTED = "2.15.0"
 PYTHON_MIN = (3, 11)
@@ -48,16 +48,6 @@ BOOK_DATA = (
     "05-nvfp4-decoding/corpus.txt.gz",
     "02-flight-recorder/mystery/rank_0",
 )
-
-
-def book_data_path(relative: str) -> Path:
-    """Where the book's data file `relative` (e.g. `05-nvfp4-decoding/lm-dense.pt`) lives on this machine."""
-    from pt215.book_files import BookFilesError, book_root
-
-    try:
-        return book_root() / "data" / relative  # a checkout's data/ or the wheel's copy
-    except BookFilesError:
-        return Path(__file__).resolve().parent / "_book" / "data" / relative
 
 
 # ---------------------------------------------------------------- checks (pure functions of their inputs)
@@ -210,7 +200,7 @@ def check_cores(cores: int) -> Check:
 def check_launch(outcome: dict) -> Check:
     """`outcome` of the 2-rank gloo job: `error` (str) or `results` ({rank: report}), and `left` (processes)."""
     left = outcome.get("left", 0)
-    fix = "run chapters/00-before-you-start/01-environment and read its troubleshooting"
+    fix = "run chapters/00-before-you-start/00-1-environment and read its troubleshooting"
     if outcome.get("error"):
         return Check("2-rank gloo job", "fail", f"pt215.launch.run failed: {outcome['error']}", fix=fix)
     results = outcome.get("results", {})
@@ -226,7 +216,7 @@ def check_launch(outcome: dict) -> Check:
 
 def check_data(missing: Sequence[str], folder: str) -> Check:
     if missing:
-        return Check("book data", "fail", f"missing {', '.join(missing)} under {folder}",
+        return Check("book data", "fail", f"missing under {folder}: {'; '.join(missing)}",
                      fix="run from a full clone of the book (the data/ folder ships with it)")
     return Check("book data", "ok", f"{len(BOOK_DATA)} files found (model weights, corpus, mystery dumps)")
 
@@ -328,7 +318,13 @@ def probe_kernels() -> list[tuple[str, bool]]:
 
 
 def probe_disk() -> float:
-    return shutil.disk_usage(book_data_path(".").parent).free / 2**30
+    from pt215.book_files import BookFilesError, book_root
+
+    try:
+        where = book_root()
+    except BookFilesError:
+        where = Path.cwd()
+    return shutil.disk_usage(where).free / 2**30
 
 
 def probe_memory() -> tuple[float, float]:
@@ -341,13 +337,13 @@ def probe_memory() -> tuple[float, float]:
 _GLOO_SCRIPT = """\
 import torch
 import torch.distributed as dist
-from pt215.launch import report
+from pt215.launch import init_rank, report, shutdown
 
-dist.init_process_group("gloo")
-t = torch.tensor([float(dist.get_rank())])
+me = init_rank("gloo")
+t = torch.tensor([float(me.rank)])
 dist.all_reduce(t)
-report({"sum": t.item(), "world": dist.get_world_size()})
-dist.destroy_process_group()
+report({"sum": t.item(), "world": me.world})
+shutdown()
 """
 
 
@@ -371,7 +367,16 @@ def probe_launch(timeout: float = 90.0) -> dict:
 
 
 def probe_data() -> list[str]:
-    return [name for name in BOOK_DATA if not book_data_path(name).exists()]
+    """The book data files this installation lacks, each with `pt215.book_files`' reason."""
+    from pt215.book_files import BookFilesError, data_path
+
+    missing = []
+    for name in BOOK_DATA:
+        try:
+            data_path(name)
+        except BookFilesError as e:
+            missing.append(f"{name} ({e})")
+    return missing
 
 
 # ---------------------------------------------------------------- the report

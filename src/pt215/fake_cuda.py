@@ -131,13 +131,13 @@ def check_torch_scaled_mm_layout() -> dict:
 
 
 def check_grouped_mm() -> dict:
-    """`pt215.fp8.moe_grouped` (F.grouped_mm, int32 offsets) and the int64-offsets rejection (chapter 6)."""
-    from pt215 import fp8
+    """`pt215.moe.moe_grouped` (F.grouped_mm, int32 offsets) and the int64-offsets rejection (chapter 6)."""
+    from pt215 import moe
 
     with simulated_gpu((9, 0)):
         x, w = _cuda(48, 64), _cuda(4, 128, 64)
         offs = torch.empty(4, dtype=torch.int32, device="cuda")
-        y = fp8.moe_grouped(x, w, offs, validate=False)  # the timed path: no read of offs
+        y = moe.moe_grouped(x, w, offs, validate=False)  # the timed path: no read of offs
         assert tuple(y.shape) == (48, 128) and y.dtype == torch.bfloat16
         rejected = expect_error(lambda: F.grouped_mm(x, w.transpose(-2, -1), offs=offs.long()), "int32")
     return {"grouped_mm": _meta(y), "int64 offs": rejected}
@@ -146,7 +146,7 @@ def check_grouped_mm() -> dict:
 def check_no_host_sync() -> dict:
     """The FP8 decode path never reads device values per call: quantize, scaled_matmul, and the FP8 expert
     loop given its boundaries once per layer (chapter 6's timing compares kernels, not syncs)."""
-    from pt215 import fp8
+    from pt215 import fp8, moe
 
     with simulated_gpu((9, 0)):
         x = _cuda(16, 64)
@@ -156,7 +156,7 @@ def check_no_host_sync() -> dict:
         experts = [fp8.quantize(_cuda(32, 64), scaling="rowwise") for _ in range(4)]
         y = fp8.scaled_matmul(x, experts[0])
         offs = torch.empty(4, dtype=torch.int32, device="cuda")
-        z = fp8.moe_loop_fp8(_cuda(16, 64), experts, offs, validate=False, bounds=[4, 8, 12, 16])
+        z = moe.moe_loop_fp8(_cuda(16, 64), experts, offs, validate=False, bounds=[4, 8, 12, 16])
         assert tuple(z.shape) == (16, 32)
     return {"quantize": _meta(q.data), "scaled_matmul": _meta(y), "moe_loop_fp8": _meta(z), "host reads": 0}
 

@@ -5,6 +5,8 @@ whose precision the chapter discusses: token embedding, RMSNorm, causal attentio
 experts and an LM head. The helpers build the per-parameter precision override for
 `MixedPrecisionPolicy(param_dtype_override_fn=...)`, shard the model with `fully_shard`, count FSDP2's
 all-gathers and reduce-scatters through its public custom-communication hooks, and summarise routing.
+Chapter scripts join their job with `pt215.launch.init_rank` and end with `pt215.launch.shutdown`; notebooks
+start them with `pt215.launch.run`.
 
     cfg = MoEConfig()
     model = MoETransformer(cfg)
@@ -47,10 +49,10 @@ __all__ = [
     "expert_load",
     "routing_flips",
     "router_flip_rate",
-    "world",
-    "init_dist",
-    "teardown",
-    "launch",
+    "unsharded_params",
+    "plain_twin",
+    "local_grad_step",
+    "capture_step",
     "strip_stride_metadata",
     "metadata_state_lengths",
 ]
@@ -135,11 +137,11 @@ class Router(nn.Module):
         self.gate = nn.Linear(dim, n_experts, bias=False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`x` (tokens, dim) -> (probs fp32 (tokens, E), top-k indices (tokens, k), top-k weights (tokens, k))."""
-        logits = self.gate(x.to(self.gate.weight.dtype))
-        probs = logits.float().softmax(dim=-1)
-        weights, idx = probs.topk(self.top_k, dim=-1)
-        return probs, idx, weights / weights.sum(dim=-1, keepdim=True)
+        """`x` (tokens, dim) -> (probs fp32 (tokens, E), top-k indices (tokens, k), top-k weights (tokens, k)),
+        by the book's one router, `pt215.moe.route`."""
+        from pt215.moe import route
+
+        return route(self.gate(x.to(self.gate.weight.dtype)), self.top_k)
 
 
 class Experts(nn.Module):
@@ -463,46 +465,78 @@ def router_flip_rate(dim: int, n_experts: int, top_k: int = 2, *, tokens: int = 
     return routing_flips(low, ref)
 
 
-def world() -> tuple[int, int]:
-    """(rank, world size) of the default process group, or (0, 1) without one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+# ---------------------------------------------------------------- a capturable accumulation step (CUDA graphs)
 
 
-def init_dist(backend: str = "gloo", timeout_s: float = 60.0) -> tuple[int, int, torch.device]:
-    """Initialise the default process group from torchrun's env vars; returns (rank, world size, device).
+def unsharded_params(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The model's parameters by name while every `fully_shard` unit is unsharded: FSDP2 registers its
+    unsharded `nn.Parameter`s (in `param_dtype`, or the kept dtype) on the modules. Raises if one is still a
+    sharded DTensor (run a forward/backward with `reshard_after_forward`/`reshard_after_backward` off first)."""
+    from torch.distributed.tensor import DTensor
 
-    `backend="nccl"` binds each rank to its local CUDA device. A short `timeout_s` turns a hang into an error.
-    """
-    import datetime
-    import os
-
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"init_dist: backend must be 'gloo' or 'nccl', got {backend!r}")
-    device = torch.device("cpu")
-    if backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
-                            device_id=device if backend == "nccl" else None)
-    return dist.get_rank(), dist.get_world_size(), device
+    out = dict(model.named_parameters())
+    sharded = [n for n, p in out.items() if isinstance(p, DTensor)]
+    if sharded:
+        raise RuntimeError(f"unsharded_params: {len(sharded)} parameters are still sharded (e.g. {sharded[0]!r}); "
+                           "unshard the model first")
+    return out
 
 
-def teardown() -> None:
-    """End a worker cleanly (`pt215.launch.shutdown`: barrier, every rank confirms, then destroy)."""
-    from pt215.launch import shutdown
+def plain_twin(model: MoETransformer) -> MoETransformer:
+    """A plain `MoETransformer` (no FSDP hooks, no side streams) whose parameters ARE `model`'s unsharded
+    parameters (the same `nn.Parameter` objects, so the same memory). Build it once while `model` is unsharded
+    with `set_keep_unsharded_storage(True)`: later unshards all-gather into that same memory, and the twin
+    (or a CUDA graph captured from it) sees the new weights. Chapter 4, `fsdp_cuda_graph.py`."""
+    if not isinstance(model, MoETransformer):
+        raise TypeError(f"plain_twin: model must be a MoETransformer, got {type(model).__name__}")
+    params = unsharded_params(model)
+    with torch.device("meta"):
+        twin = MoETransformer(model.cfg)
+    for name, p in params.items():
+        owner, _, leaf = name.rpartition(".")
+        setattr(twin.get_submodule(owner) if owner else twin, leaf, p)
+    return twin
 
-    shutdown()
+
+def local_grad_step(twin: MoETransformer, params: Sequence[nn.Parameter], grads: Sequence[torch.Tensor],
+                    tokens: torch.Tensor, targets: torch.Tensor, scale: float) -> Callable[[], None]:
+    """One microbatch's forward and backward on `twin`, added into the static buffers `grads` (one per
+    parameter, in its accumulation dtype): no FSDP hook, no collective, no host sync (with
+    `dispatch="dense"`), no `AccumulateGrad` (`torch.autograd.grad` returns fresh gradients, `_foreach_add_`
+    adds them). The returned callable is what `capture_step` records; `tokens`/`targets` are static inputs."""
+    params, grads = list(params), list(grads)
+    if len(params) != len(grads) or any(p.shape != g.shape for p, g in zip(params, grads, strict=False)):
+        raise ValueError("local_grad_step: grads must be one buffer per parameter, of the parameter's shape")
+    if twin.cfg.dispatch != "dense":
+        raise ValueError("local_grad_step: the twin needs MoEConfig(dispatch='dense'): sparse dispatch reads "
+                         "expert counts on the host, which a CUDA graph cannot capture")
+
+    def step() -> None:
+        loss = twin.loss(tokens, targets)[0] * scale
+        new = torch.autograd.grad(loss, params)
+        torch._foreach_add_(grads, [g.to(b.dtype) for g, b in zip(new, grads, strict=True)])
+
+    return step
 
 
-def launch(script: str, nproc: int = 2, *, args: Sequence[str] = (), timeout: float = 120.0,
-           retries: int = 0, show: bool = True):
-    """`pt215.launch.run` for the chapter's workers: output shown live while they train and printed once, grouped by
-    rank, at the end. The workers end with `teardown()` (`pt215.launch.shutdown`), so no retry is needed."""
-    from pt215.launch import run
-
-    return run(script, nproc, args=list(args), timeout=timeout, stream=True, show=show, retries=retries)
+def capture_step(step: Callable[[], None], warmup: int = 3):
+    """Record `step` in a `torch.cuda.CUDAGraph` as `torch.cuda.make_graphed_callables` does: synchronize,
+    warm up on a side stream, capture on that same stream (`capture_error_mode="thread_local"`, so that a
+    process group's watchdog thread polling its events cannot invalidate the capture). The warm-up runs
+    `step`, so reset its buffers afterwards. Chapter 4; needs a CUDA device (checked on hardware only through
+    `python -m pt215.verify`)."""
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+        raise ValueError(f"capture_step: warmup must be an int >= 1, got {warmup!r}")
+    torch.cuda.synchronize()                    # nothing in flight (all-gathers, reduce-scatters) at capture
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    return graph
 
 
 def strip_stride_metadata(checkpoint_dir: str, out_file: str | None = None) -> int:

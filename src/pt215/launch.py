@@ -35,7 +35,9 @@ __all__ = [
     "LaunchError",
     "LaunchResult",
     "LaunchTimeoutError",
+    "Rank",
     "RankFailedError",
+    "init_rank",
     "report",
     "run",
     "running_processes",
@@ -129,6 +131,52 @@ def shutdown(timeout_s: float = 60.0) -> None:
     store.set(f"pt215/shutdown/{rank}", "1")
     store.wait([f"pt215/shutdown/{r}" for r in range(world)], datetime.timedelta(seconds=timeout_s))
     dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class Rank:
+    """Where this process sits in the job: what `init_rank` returns."""
+
+    rank: int
+    world: int
+    local_rank: int
+    device: Any  # torch.device; typed loosely so that importing pt215.launch does not import torch
+
+
+def init_rank(backend: str = "gloo", *, timeout_s: float | None = None, bind_device: bool = True,
+              **init_kwargs: Any) -> Rank:
+    """Join the job torchrun started, the one preamble of every chapter script; end it with `shutdown()`.
+
+    Backends whose name contains "nccl" get device `cuda:LOCAL_RANK`, made current and passed as
+    `device_id` (eager communicator creation) unless `bind_device=False`; other backends get the CPU.
+    `timeout_s` turns a hang into an error. Without torchrun's environment (no `RANK`) it forms a 1-rank
+    group over a `HashStore`, so a script's `main()` also runs in a plain process. `init_kwargs` go to
+    `init_process_group` (e.g. `enable_reconfigure=True`).
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if not isinstance(backend, str) or not backend:
+        raise ValueError(f"backend must be a backend name such as 'gloo' or 'nccl', got {backend!r}")
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
+                                  or timeout_s <= 0):
+        raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cpu")
+    if "nccl" in backend:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    kwargs = dict(init_kwargs)
+    if timeout_s is not None:
+        kwargs["timeout"] = datetime.timedelta(seconds=timeout_s)
+    if device.type == "cuda" and bind_device:
+        kwargs["device_id"] = device
+    if "RANK" not in os.environ and "store" not in kwargs:
+        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
+    dist.init_process_group(backend, **kwargs)
+    return Rank(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
 # ---------------------------------------------------------------- process bookkeeping

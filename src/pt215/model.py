@@ -3,7 +3,8 @@
 The model is a byte-level (vocabulary 256) Llama-style decoder: RMSNorm, rotary position embeddings (RoPE),
 grouped-query attention (GQA), and a SwiGLU MLP. With ``moe_experts > 0`` every MLP becomes a top-k routed
 mixture of experts whose expert weights are single stacked tensors of shape ``(E, N, K)``, so that one
-``torch.nn.functional.grouped_mm`` call computes all experts at once.
+``torch.nn.functional.grouped_mm`` call computes all experts at once. Routing and the expert matmul are
+:mod:`pt215.moe`'s (the book's one MoE); :class:`MoE` is the model's block built on them.
 
 Public API (stable; chapter 6 builds on it):
 
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pt215.book_files import book_root
+from pt215.moe import dispatch, moe_grouped
 
 __all__ = [
     "ModelConfig",
@@ -53,7 +55,6 @@ __all__ = [
     "load_corpus",
     "encode",
     "decode",
-    "grouped_linear",
     "DATA_DIR",
 ]
 
@@ -227,59 +228,13 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """Rows ``offs[e-1]:offs[e]`` of ``x`` (M, K) times ``w[e].T`` for a stacked weight ``w`` (E, N, K).
-
-    Uses ``torch.nn.functional.grouped_mm`` (int32 cumulative end offsets) for float32/bfloat16/float16;
-    any other dtype falls back to a per-expert loop (``grouped_mm`` is not an FP8 op).
-    """
-    if x.dtype in (torch.float32, torch.bfloat16, torch.float16) and w.dtype == x.dtype:
-        return F.grouped_mm(x, w.transpose(-2, -1), offs=offs)
-    out = x.new_zeros(x.shape[0], w.shape[1])
-    start = 0
-    for e, end in enumerate(offs.tolist()):
-        if end > start:
-            out[start:end] = x[start:end] @ w[e].to(x.dtype).T
-        start = end
-    return out
-
-
-@dataclass(frozen=True)
-class Routing:
-    """Top-k routing of N tokens over E experts, with the (token, expert) pairs sorted by expert.
-
-    `probs` (N, E) fp32 router probabilities; `token_idx` (N*k,) the token of each sorted pair; `weights`
-    (N*k,) its renormalised router weight (fp32); `counts` (E,) pairs per expert; `offs` (E,) int32
-    cumulative end offsets, the `offs` argument of `torch.nn.functional.grouped_mm`.
-    """
-
-    probs: torch.Tensor
-    token_idx: torch.Tensor
-    weights: torch.Tensor
-    counts: torch.Tensor
-    offs: torch.Tensor
-
-
-def route(router: nn.Module, x: torch.Tensor, top_k: int, n_experts: int) -> Routing:
-    """Softmax router, top-k, weights renormalised over the k chosen, pairs stably sorted by expert.
-
-    Shared by :class:`MoE` (chapter 5) and chapter 6's expert variants (`pt215.fp8.MoEVariant`).
-    """
-    probs = F.softmax(router(x).float(), dim=-1)
-    topv, topi = probs.topk(top_k, dim=-1)
-    topv = topv / topv.sum(-1, keepdim=True)
-    flat_e = topi.reshape(-1)
-    order = flat_e.argsort(stable=True)
-    counts = torch.bincount(flat_e, minlength=n_experts)
-    return Routing(probs, order // top_k, topv.reshape(-1)[order], counts, counts.cumsum(0).to(torch.int32))
-
-
 class MoE(nn.Module):
     """Top-k routed SwiGLU experts with stacked weights.
 
     Parameters: ``router`` (nn.Linear d -> E), ``w1``/``w3`` of shape (E, F, d) and ``w2`` of shape (E, d, F).
-    ``forward`` sorts the (token, expert) pairs by expert, runs :func:`grouped_linear` three times and scatters
-    the results back weighted by the renormalised router probabilities. After each forward, ``aux_loss`` holds
+    ``forward`` routes and sorts the (token, expert) pairs by expert (:func:`pt215.moe.dispatch`), runs
+    :func:`pt215.moe.moe_grouped` (one ``grouped_mm``) three times and scatters the results back weighted by the
+    renormalised router probabilities. After each forward, ``aux_loss`` holds
     the Switch-Transformer load-balancing loss and ``last_counts`` the tokens per expert.
     """
 
@@ -301,10 +256,12 @@ class MoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         n, e = x.shape[0], self.w1.shape[0]
-        r = route(self.router, x, self.top_k, e)
+        r = dispatch(self.router(x), self.top_k)
         xs = x[r.token_idx]
-        h = F.silu(grouped_linear(xs, self.w1, r.offs)) * grouped_linear(xs, self.w3, r.offs)
-        y = grouped_linear(h, self.w2, r.offs) * r.weights[:, None].to(x.dtype)
+        # validate=False: no host read of offs (dispatch built them), so a GPU step keeps running ahead
+        offs = r.offs
+        h = F.silu(moe_grouped(xs, self.w1, offs, validate=False)) * moe_grouped(xs, self.w3, offs, validate=False)
+        y = moe_grouped(h, self.w2, offs, validate=False) * r.weights[:, None].to(x.dtype)
         out = torch.zeros_like(x).index_add_(0, r.token_idx, y)
         frac = r.counts.float() / max(n * self.top_k, 1)
         self.aux_loss = e * (frac * r.probs.mean(0)).sum()

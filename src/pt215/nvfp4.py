@@ -8,7 +8,10 @@ whole tensor. A value is ``e2m1 * float(e4m3_scale) * per_tensor_scale``.
 per_tensor_scale=g)`` (same ``qdata``, ``scale`` and ``per_tensor_scale``; tested in tests/test_nvfp4.py).
 :func:`to_blocked` / :func:`from_blocked` implement the ``SWIZZLE_32_4_4`` scale layout (128x4 tiles) that
 cuBLAS / NVGEMM expect for ``torch.nn.functional.scaled_mm`` with ``ScalingType.BlockWise1x16``.
-:func:`fp8_roundtrip` is the FP8 (e4m3, tensorwise or rowwise) comparison used in the error analysis.
+:func:`fp8_roundtrip` is the FP8 (e4m3, tensorwise or rowwise) comparison used in the error analysis, through
+:func:`pt215.fp8.quantize`. :func:`scaled_mm` is the two-level NVFP4 GEMM call; :func:`scaled_mm_foldable` is the
+same product written as the pattern 2.15's Inductor folds into NVGEMM's output scale, and
+:func:`post_grad_scale_fold` shows that fold on fake CUDA tensors, without a GPU.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from pt215 import fp8
 
 __all__ = [
     "BLOCK",
@@ -36,6 +41,8 @@ __all__ = [
     "fp8_roundtrip",
     "mm_operands",
     "scaled_mm",
+    "scaled_mm_foldable",
+    "post_grad_scale_fold",
 ]
 
 BLOCK = 16
@@ -219,20 +226,18 @@ def bits_per_element(shape: tuple[int, ...]) -> float:
 
 
 def fp8_roundtrip(w: torch.Tensor, granularity: str = "tensorwise") -> torch.Tensor:
-    """Quantize-dequantize ``w`` through float8_e4m3fn with an fp32 scale per tensor or per row (float32 out).
+    """Quantize-dequantize ``w`` through float8_e4m3fn with :func:`pt215.fp8.quantize` (float32 out): the FP8
+    side of chapter 5's error analysis, from the same code chapter 6 uses.
 
-    ``scale = amax / 448`` over the tensor (``"tensorwise"``) or over each row of the last dim (``"rowwise"``);
-    zero rows get scale 1. This is the weight side of ``scaled_mm`` with ``ScalingType.TensorWise``/``RowWise``.
+    ``"tensorwise"``: one scale ``amax / 448`` for the whole tensor. ``"rowwise"``: one scale per row of the last
+    dim; a tensor with more than two dims (stacked experts ``(E, N, K)``) is viewed as ``(E*N, K)`` rows. This is
+    the weight side of ``scaled_mm`` with ``ScalingType.TensorWise``/``RowWise``.
     """
-    wf = w.float()
-    if granularity == "tensorwise":
-        amax = wf.abs().amax()
-    elif granularity == "rowwise":
-        amax = wf.abs().amax(dim=-1, keepdim=True)
-    else:
+    if granularity not in ("tensorwise", "rowwise"):
         raise ValueError(f"granularity must be 'tensorwise' or 'rowwise', got {granularity!r}")
-    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-    return (wf / scale).to(torch.float8_e4m3fn).float() * scale
+    wf = w.float()
+    rows = wf.reshape(-1, wf.shape[-1]) if granularity == "rowwise" else wf
+    return fp8.quantize(rows, scaling=granularity).dequantize(torch.float32).reshape(wf.shape)
 
 
 # ------------------------------------------------------------------------------------ the NVFP4 GEMM call
@@ -257,3 +262,61 @@ def scaled_mm(A: torch.Tensor, B: torch.Tensor, sa: torch.Tensor, sb: torch.Tens
     swz = [SwizzleType.SWIZZLE_32_4_4, SwizzleType.NO_SWIZZLE]
     return F.scaled_mm(A, B.t(), scale_a=[sa, ga], scale_recipe_a=two_level, scale_b=[sb, gb],
                        scale_recipe_b=two_level, swizzle_a=swz, swizzle_b=swz, output_dtype=torch.bfloat16)
+
+
+def scaled_mm_foldable(A: torch.Tensor, B: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, ga: torch.Tensor,
+                       gb: torch.Tensor) -> torch.Tensor:
+    """The product of :func:`scaled_mm`, written as the pattern 2.15's Inductor can hand to NVGEMM: the
+    single-level ``torch._scaled_mm`` (e4m3 block scales only, bf16 out) times the 0-D fp32 ``ga * gb``.
+
+    Under ``max_autotune`` with ``NVGEMM`` among ``max_autotune_gemm_backends``, the post-grad pass
+    ``_fold_scaled_mm_output_scale`` (``torch/_inductor/fx_passes/post_grad.py``) moves that multiply into the
+    ``_scaled_mm`` node, whose lowering then offers NVGEMM's block-scaled kernel with the scale as its alpha
+    (chapter 5, notebook 3; :func:`post_grad_scale_fold` shows the rewrite on fake CUDA tensors).
+    """
+    return torch._scaled_mm(A, B.t(), sa, sb, out_dtype=torch.bfloat16) * (ga * gb)
+
+
+def post_grad_scale_fold(fn, operands: tuple[torch.Tensor, ...], *, max_autotune: bool = True,
+                         backends: str = "ATEN,TRITON,NVGEMM") -> dict:
+    """Trace ``fn(*operands)`` on fake CUDA tensors and apply the post-grad pattern pass that holds 2.15's
+    scaled-mm output-scale fold, under the given Inductor settings; no GPU needed (chapter 5, notebook 3).
+
+    Returns ``{"before": [...], "after": [...], "folded": n, "scale_result": bool}``: the aten ops of the
+    graph before and after the pass, how many multiplies were folded, and whether a ``_scaled_mm`` node now
+    carries ``scale_result``. This runs Inductor's own pattern and its checks (``_can_fold_scaled_mm_output_scale``:
+    max-autotune, NVGEMM enabled, fp4 operands with e4m3 scales, a 0-D fp32 CUDA scale, no bias, no
+    ``scale_result``, no fast accumulation, and no pointwise chain to the output that epilogue fusion would take);
+    it uses Inductor internals (``pass_patterns[1]``), which may move in later releases.
+    """
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.fx_passes import post_grad
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.operator_schemas import normalize_function
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if not all(isinstance(t, torch.Tensor) for t in operands):
+        raise TypeError("operands must be a tuple of tensors (e.g. mm_operands(a, w))")
+
+    def ops(gm: torch.fx.GraphModule) -> list[str]:
+        return [str(n.target).removeprefix("aten.") for n in gm.graph.nodes if n.op == "call_function"]
+
+    with FakeTensorMode():
+        fake = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda") for t in operands]
+        gm = make_fx(fn, decomposition_table=select_decomp_table())(*fake)  # as Inductor decomposes
+        before = ops(gm)
+        counters["inductor"]["scaled_mm_output_scale_fused"] = 0
+        with inductor_config.patch(max_autotune=max_autotune, max_autotune_gemm_backends=backends):
+            post_grad.pass_patterns[1].apply(gm.graph)
+        gm.graph.lint()
+        folded = counters["inductor"]["scaled_mm_output_scale_fused"]
+    carries = False
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten._scaled_mm.default:
+            kw = normalize_function(n.target, n.args, n.kwargs, normalize_to_only_use_kwargs=True).kwargs
+            carries |= kw["scale_result"] is not None
+    return {"before": before, "after": ops(gm), "folded": folded, "scale_result": carries}

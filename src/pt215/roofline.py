@@ -8,7 +8,8 @@ sequence's KV cache once::
 
 ``W_fmt`` depends on the weight format (:data:`FORMATS`: bytes per element and scale overhead). Decode is
 *weight-bound* while ``W_fmt`` dominates ``bytes`` and ``bytes / BW`` dominates ``flops / PEAK``.
-:func:`measure_memory_bandwidth`, :func:`measure_matmul_flops` and :func:`measure_decode` give the measured
+:func:`copy_bandwidth` (the book's byte convention), :func:`read_bandwidth`, :func:`measure_matmul_flops` and
+:func:`measure_decode` (the book's decode tokens/s) give the measured
 numbers to put next to the formulas -- always measure them in the same run (rule 5 of the book);
 :func:`measure_decode_roofline` measures all of them interleaved, round-robin, in one call.
 """
@@ -34,7 +35,10 @@ __all__ = [
     "decode_step_bytes",
     "decode_step_flops",
     "predicted_tokens_per_s",
-    "measure_memory_bandwidth",
+    "copy_bandwidth",
+    "copy_step",
+    "read_step",
+    "read_bandwidth",
     "measure_matmul_flops",
     "measure_decode",
     "decode_step_fn",
@@ -150,20 +154,49 @@ def predicted_tokens_per_s(step_bytes: float, step_flops: float, batch: int, ban
     return batch / max(step_bytes / bandwidth, step_flops / peak_flops)
 
 
-def measure_memory_bandwidth(nbytes: int = 256 * 2**20, *, mode: str = "copy", repeats: int = 7) -> float:
-    """Measured memory bandwidth in bytes/s on CPU, median of ``repeats``.
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
 
-    ``"copy"``: ``dst.copy_(src)`` of ``nbytes``, counted as ``2 * nbytes`` moved (read + write), the usual
-    memcpy convention. ``"read"``: ``src.sum()`` over float32, counted as ``nbytes`` read -- closest to what
-    decode does with weights. Use a buffer well above the last-level cache (default 256 MiB).
+
+def copy_bandwidth(nbytes: int = 256 * 2**20, *, device: torch.device | str = "cpu", iters: int = 7,
+                   warmup: int = 2) -> float:
+    """Memory bandwidth in bytes/s from ``dst.copy_(src)`` of ``nbytes`` on ``device``: median of ``iters``
+    copies after ``warmup``, the device synchronized around each (:mod:`pt215.timing`).
+
+    **The book's one byte convention:** a copy of ``nbytes`` reads ``nbytes`` and writes ``nbytes``, so it is
+    counted as ``2 * nbytes`` of memory traffic -- as STREAM's Copy and CUDA's ``bandwidthTest`` count a
+    device-to-device copy. This is the figure to divide a decode step's bytes by (chapters 5, 6). A transfer
+    of ``n`` payload bytes is itself a copy, so its payload rate is bounded by ``copy_bandwidth() / 2``
+    (chapters 1, 3). On CPU use a buffer well above the last-level cache (the default is 256 MiB).
     """
-    if mode not in ("copy", "read"):
-        raise ValueError(f"mode must be 'copy' or 'read', got {mode!r}")
-    src = torch.ones(nbytes // 4, dtype=torch.float32)
-    if mode == "copy":
-        dst = torch.empty_like(src)
-        return 2 * nbytes / median_seconds(lambda: dst.copy_(src), iters=repeats)
-    return nbytes / median_seconds(lambda: src.sum(), iters=repeats)
+    step = copy_step(nbytes, device=device)
+    return 2 * nbytes / median_seconds(step, iters=_positive_int("iters", iters), warmup=warmup, device=device)
+
+
+def copy_step(nbytes: int, *, device: torch.device | str = "cpu") -> Callable[[], object]:
+    """One ``dst.copy_(src)`` of ``nbytes`` as a callable to time: :func:`copy_bandwidth`'s unit of work,
+    counted as ``2 * nbytes`` moved."""
+    _positive_int("nbytes", nbytes)
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.zeros_like(src)  # touch every page before timing
+    return lambda: dst.copy_(src)
+
+
+def read_step(nbytes: int, *, device: torch.device | str = "cpu") -> Callable[[], object]:
+    """One ``src.sum()`` over ``nbytes`` of float32 as a callable to time: :func:`read_bandwidth`'s unit of
+    work, counted as ``nbytes`` read."""
+    _positive_int("nbytes", nbytes)
+    return torch.ones(nbytes // 4, dtype=torch.float32, device=device).sum
+
+
+def read_bandwidth(nbytes: int = 256 * 2**20, *, device: torch.device | str = "cpu", iters: int = 7,
+                   warmup: int = 2) -> float:
+    """Read bandwidth in bytes/s: ``src.sum()`` over ``nbytes`` of float32, counted as ``nbytes`` read --
+    closest to what decode does with its weights. Same loop as :func:`copy_bandwidth`."""
+    step = read_step(nbytes, device=device)
+    return nbytes / median_seconds(step, iters=_positive_int("iters", iters), warmup=warmup, device=device)
 
 
 def measure_matmul_flops(n: int = 1024, *, dtype: torch.dtype = torch.bfloat16, repeats: int = 5) -> float:
@@ -187,10 +220,10 @@ def decode_step_fn(model: DecoderLM, *, batch: int = 1, context: int = 64,
     cfg = model.cfg
     if context + 1 > cfg.max_seq_len:
         raise ValueError(f"context must be below cfg.max_seq_len={cfg.max_seq_len}, got {context}")
-    dtype = next(model.parameters()).dtype
+    param = next(model.parameters())
     g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(0, cfg.vocab_size, (batch, context), generator=g)
-    cache = KVCache(cfg, batch, context + 1, dtype=dtype)
+    prompt = torch.randint(0, cfg.vocab_size, (batch, context), generator=g).to(param.device)
+    cache = KVCache(cfg, batch, context + 1, dtype=param.dtype, device=param.device)
     with torch.no_grad():
         nxt = model(prompt, cache=cache)[:, -1:].argmax(-1)
 
@@ -203,16 +236,20 @@ def decode_step_fn(model: DecoderLM, *, batch: int = 1, context: int = 64,
 
 
 def measure_decode(model: DecoderLM, *, batch: int = 1, context: int = 64, steps: int = 16,
-                   seed: int = 0) -> dict:
-    """Median time of ``steps`` single-token decode steps at context ``context`` (:func:`decode_step_fn`),
-    after 2 untimed ones.
+                   warmup: int = 2, seed: int = 0) -> dict:
+    """The book's decode tokens/s: median time of ``steps`` single-token decode steps at context ``context``
+    (:func:`decode_step_fn`, same work every step), after ``warmup`` untimed ones, with the model's device
+    synchronized around each step (:mod:`pt215.timing`).
 
-    Returns ``{"tokens_per_s", "step_s", "batch", "context"}`` where ``tokens_per_s = batch / median step time``.
-    The model computes in its own dtype (cast it to bf16 for the bf16 figure). To compare several models or
-    batch sizes, use :func:`measure_decode_roofline`, which interleaves them.
+    Returns ``{"tokens_per_s", "step_s", "batch", "context"}`` where ``tokens_per_s = batch / median step time``,
+    the figure to compare with :func:`predicted_tokens_per_s`. The model computes in its own dtype and on its
+    own device. To compare several models or batch sizes, use :func:`measure_decode_roofline`, which
+    interleaves them.
     """
-    step = statistics.median(time_samples(decode_step_fn(model, batch=batch, context=context, seed=seed),
-                                          iters=steps, warmup=2))
+    step_fn = decode_step_fn(model, batch=batch, context=context, seed=seed)
+    device = next(model.parameters()).device
+    step = statistics.median(time_samples(step_fn, iters=_positive_int("steps", steps), warmup=warmup,
+                                          device=device))
     return {"tokens_per_s": batch / step, "step_s": step, "batch": batch, "context": context}
 
 
@@ -239,9 +276,7 @@ def measure_decode_roofline(models: Mapping[str, DecoderLM], *, batches: Sequenc
         raise ValueError(f"batches must be a non-empty sequence of positive ints, got {batches!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    src = torch.ones(bandwidth_bytes // 4, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    fns: dict[str, Callable[[], object]] = {"read": src.sum, "copy": lambda: dst.copy_(src)}
+    fns: dict[str, Callable[[], object]] = {"read": read_step(bandwidth_bytes), "copy": copy_step(bandwidth_bytes)}
     for fmt, model in models.items():
         dtype = next(model.parameters()).dtype
         a, b = torch.randn(gemm_n, gemm_n).to(dtype), torch.randn(gemm_n, gemm_n).to(dtype)

@@ -7,9 +7,11 @@ scripts short and puts the few things they share in one tested place:
   `publish` / `fetch` (remote descriptors through a store, with timeouts), `wait_key`;
 - the KV-cache example: `KVConfig`, `make_weights`, `prefill_layer`, `prefill`, `decode_step`, `layer_slices`,
   `pack_layer`, `unpack_layer`, `digest`;
-- measurement: `time_samples`, `time_op`, `memcpy_samples`, `memcpy_seconds`, `gbps`;
 - `describe` (an exception as `Type: first line`), `quiet_nixl` (NIXL's Python logger writes INFO lines
   with timestamps and agent names to stdout; quiet it before any transport is made).
+
+Timing is not here: the chapter's scripts time transfers with `pt215.timing.time_samples`, and compare a
+transfer's payload rate with a local copy's, `pt215.roofline.copy_bandwidth() / 2` (see its docstring).
 """
 
 from __future__ import annotations
@@ -17,16 +19,13 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from pt215.timing import median_seconds, time_samples
 
 __all__ = [
     "KVConfig",
@@ -35,11 +34,8 @@ __all__ = [
     "describe",
     "digest",
     "fetch",
-    "gbps",
     "layer_slices",
     "make_weights",
-    "memcpy_samples",
-    "memcpy_seconds",
     "nixl_available",
     "pack_layer",
     "pair",
@@ -47,8 +43,6 @@ __all__ = [
     "prefill_layer",
     "publish",
     "quiet_nixl",
-    "time_op",
-    "time_samples",
     "unpack_layer",
     "wait_key",
 ]
@@ -313,33 +307,3 @@ def digest(t: torch.Tensor) -> str:
         raise ValueError(f"digest(): expected a CPU tensor, got one on {t.device}")
     data = t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
     return hashlib.sha256(data).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------- measurement
-
-
-def time_op(fn: Callable[[], Any], *, iters: int = 10, warmup: int = 2) -> float:
-    """Median wall time of `fn()` in seconds over `iters` runs, after `warmup` runs."""
-    return median_seconds(fn, iters=iters, warmup=warmup)
-
-
-def memcpy_samples(nbytes: int, *, iters: int = 10, warmup: int = 2) -> list[float]:
-    """Times of `dst.copy_(src)` of `nbytes` bytes in this process: the physical limit for a transfer
-    between two processes on one machine (one copy)."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
-        raise ValueError(f"nbytes must be a positive int, got {nbytes!r}")
-    src = torch.ones(nbytes, dtype=torch.uint8)
-    dst = torch.empty_like(src)
-    return time_samples(lambda: dst.copy_(src), iters=iters, warmup=warmup)
-
-
-def memcpy_seconds(nbytes: int, *, iters: int = 10, warmup: int = 2) -> float:
-    """Median of `memcpy_samples`."""
-    return statistics.median(memcpy_samples(nbytes, iters=iters, warmup=warmup))
-
-
-def gbps(nbytes: int, seconds: float) -> float:
-    """Bandwidth in GB/s (1e9 bytes per second) of moving `nbytes` in `seconds`."""
-    if not seconds > 0:
-        raise ValueError(f"seconds must be positive, got {seconds!r}")
-    return nbytes / seconds / 1e9
