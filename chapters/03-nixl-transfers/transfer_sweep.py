@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from pt215.launch import init_rank, report, shutdown
+from pt215.roofline import copy_step
 from pt215.timing import time_samples
 from pt215.transport import fetch, pair, publish, quiet_nixl
 
@@ -105,9 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.barrier()
         # --- memcpy inside rank 0, same size
         if rank == 0:
-            csrc = torch.ones(n, dtype=torch.uint8)
-            cdst = torch.empty_like(csrc)
-            row["memcpy"] = time_samples(lambda cdst=cdst, csrc=csrc: cdst.copy_(csrc), iters=iters)
+            row["memcpy"] = time_samples(copy_step(n), iters=iters)  # copy_bandwidth's unit of work
             rows.append(row)
         dist.barrier()
 
