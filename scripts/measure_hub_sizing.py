@@ -2,15 +2,24 @@
 
     .venv/bin/python scripts/measure_hub_sizing.py            # every chapter notebook
     .venv/bin/python scripts/measure_hub_sizing.py chapters/02-flight-recorder/02-1-recorder.ipynb
+    # N participants at once: each notebook alone, then N copies of it started together (one process each)
+    .venv/bin/python scripts/measure_hub_sizing.py --concurrent 6 --out data/workshop/concurrent-runs.json NB...
 
 Each notebook is executed once with nbclient (fresh kernel, in its chapter folder, like scripts/regen.py)
 while a sampler thread walks the kernel's process tree with psutil every 0.2 s: the peak number of live
-processes (the kernel plus the ranks a multi-rank demo starts), the peak sum of their resident memory, the
+processes (the kernel plus the ranks a multi-rank demo starts), the peak sum of their resident memory (RSS,
+which counts pages shared between processes once per process) and of their proportional set size (PSS, which
+splits shared pages between the processes sharing them: the memory they really take), the
 CPU time they used (average and peak busy cores) and the peak size of the scratch folder the notebook's
 temporary files go to (TMPDIR), plus what it left in its chapter folder. Per-cell wall times come from
 nbclient's timing metadata, and the longest stretch each cell runs without showing anything (no output, no
 progress update) from the kernel's messages. The result, with provenance (date, torch, CPU, cores), is written to
 data/workshop/hub-sizing.json, which the hub-sizing page renders. Nothing is written back to the notebooks.
+
+With `--concurrent N`, each notebook is measured alone and then as N participants running it at the same time
+(N child processes of this script, each executing its own copy with its own kernel and scratch folder); the
+result, with the conditions (cores, load average before and after, available memory), goes to the `--out`
+file, which `pt215.agenda` reads for the run times of the agenda.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ import json
 import os
 import platform
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -56,6 +67,14 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, float]]:
     return out
 
 
+def _pss(p: psutil.Process) -> int:
+    """Proportional set size (Linux smaps_rollup); RSS where the platform has no PSS."""
+    try:
+        return int(getattr(p.memory_full_info(), "pss", 0)) or p.memory_info().rss
+    except (psutil.AccessDenied, AttributeError):
+        return p.memory_info().rss
+
+
 class _Sampler(threading.Thread):
     """Samples every process below this one (the kernel and what it starts)."""
 
@@ -65,6 +84,7 @@ class _Sampler(threading.Thread):
         self.stop = threading.Event()
         self.max_procs = 0
         self.max_rss = 0
+        self.max_pss = 0
         self.max_scratch = 0
         self.cpu_by_pid: dict[int, float] = {}
         self.busy: list[tuple[float, float]] = []  # (time, total cpu seconds so far)
@@ -75,6 +95,7 @@ class _Sampler(threading.Thread):
         while not self.stop.is_set():
             procs = me.children(recursive=True)
             rss = 0
+            pss = 0
             alive = 0
             for p in procs:
                 try:
@@ -82,6 +103,7 @@ class _Sampler(threading.Thread):
                         if p.status() == psutil.STATUS_ZOMBIE:
                             continue
                         rss += p.memory_info().rss
+                        pss += _pss(p)
                         t = p.cpu_times()
                         self.cpu_by_pid[p.pid] = max(self.cpu_by_pid.get(p.pid, 0.0), t.user + t.system)
                         alive += 1
@@ -89,6 +111,7 @@ class _Sampler(threading.Thread):
                     continue
             self.max_procs = max(self.max_procs, alive)
             self.max_rss = max(self.max_rss, rss)
+            self.max_pss = max(self.max_pss, pss)
             self.busy.append((time.monotonic(), sum(self.cpu_by_pid.values())))
             if n % 5 == 0:  # the scratch folder is walked once a second
                 self.max_scratch = max(self.max_scratch, _tree_size(self.scratch))
@@ -175,6 +198,7 @@ def measure(path: Path, timeout: int) -> dict:
         "wall_s": round(wall, 1),
         "peak_processes": sampler.max_procs,
         "peak_rss_mib": round(sampler.max_rss / 2**20),
+        "peak_pss_mib": round(sampler.max_pss / 2**20),
         "cpu_s": round(cpu, 1),
         "avg_cores": round(cpu / wall, 2) if wall > 0 else 0.0,
         "peak_cores": round(sampler.peak_cores(), 2),
@@ -184,6 +208,10 @@ def measure(path: Path, timeout: int) -> dict:
         "cells_silent_over_10s": [c for c in cells if c["silent_s"] > 10],
         "cells_with_errors": [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
                               and any(o.get("output_type") == "error" for o in c.get("outputs", []))],
+        "errors": [{"cell": i, "error": f"{o.get('ename')}: {str(o.get('evalue', '')).splitlines()[0][:200]}"
+                    if o.get("evalue") else str(o.get("ename"))}
+                   for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                   for o in c.get("outputs", []) if o.get("output_type") == "error"],
     }
 
 
@@ -203,29 +231,116 @@ def provenance() -> dict:
     }
 
 
+def conditions() -> dict:
+    """What else the machine was doing: load average and available memory, now."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {"load_average_1_5_15": [round(x, 2) for x in load],
+            "memory_available_gib": round(psutil.virtual_memory().available / 2**30, 1)}
+
+
+def concurrent(paths: list[Path], n: int, timeout: int, budget_s: float = float("inf"),
+               on_row=lambda rows: None) -> list[dict]:
+    """Each notebook alone, then `n` copies started together, each in its own child process. No new notebook
+    starts after `budget_s` seconds; `on_row(rows)` is called after each notebook (to write what is done)."""
+    out: list[dict] = []
+    start = time.monotonic()
+    for path in paths:
+        if time.monotonic() - start > budget_s:
+            print(f"budget of {budget_s / 60:g} min spent: {path.name} and the rest not measured", file=sys.stderr)
+            break
+        before = conditions()
+        solo = measure(path, timeout)
+        print(json.dumps({"solo": solo["notebook"], "wall_s": solo["wall_s"]}), flush=True)
+        folder = Path(tempfile.mkdtemp(prefix="pt215-conc-"))
+        try:
+            procs = [subprocess.Popen([sys.executable, __file__, "--child", str(folder / f"p{i}.json"),
+                                       "--timeout", str(timeout), str(path)]) for i in range(n)]
+            for proc in procs:
+                proc.wait()
+            rows = [json.loads((folder / f"p{i}.json").read_text())
+                    for i in range(n) if (folder / f"p{i}.json").is_file()]
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        walls = sorted(r["wall_s"] for r in rows)
+        row = {
+            "notebook": solo["notebook"],
+            "participants": n,
+            "completed": len(rows),
+            "solo_wall_s": solo["wall_s"],
+            "solo_peak_pss_mib": solo["peak_pss_mib"],
+            "solo_peak_rss_mib": solo["peak_rss_mib"],
+            "concurrent_wall_s": walls,
+            "median_wall_s": round(statistics.median(walls), 1) if walls else None,
+            "slowdown": round(statistics.median(walls) / solo["wall_s"], 2) if walls else None,
+            "peak_pss_mib_per_participant": sorted(r["peak_pss_mib"] for r in rows),
+            "participants_with_cell_errors": sum(bool(r["cells_with_errors"]) for r in rows),
+            "errors": sorted({f"cell {e['cell']}: {e['error']}" for r in [solo, *rows] for e in r.get("errors", [])}),
+            "solo_errors": [f"cell {e['cell']}: {e['error']}" for e in solo.get("errors", [])],
+            "conditions_before": before,
+            "conditions_after": conditions(),
+        }
+        print(json.dumps(row), flush=True)
+        out.append(row)
+        on_row(out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("notebooks", nargs="*", type=Path, help="notebooks (.ipynb); default: every chapter notebook")
     p.add_argument("--timeout", type=int, default=900, help="per-cell timeout in seconds")
     p.add_argument("--out", type=Path, default=OUT, help="JSON file to write (default data/workshop/hub-sizing.json)")
+    p.add_argument("--concurrent", type=int, default=0, metavar="N",
+                   help="measure N participants running each notebook at once (write to --out)")
+    p.add_argument("--budget-min", type=float, default=15.0,
+                   help="with --concurrent: start no new notebook after this many minutes (default 15)")
+    p.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one participant of --concurrent
     a = p.parse_args(argv)
     paths = [n.resolve() for n in a.notebooks] or sorted(ROOT.glob("chapters/*/[0-9]*.ipynb"))
     for n in paths:
         if n.suffix != ".ipynb" or not n.is_file():
             p.error(f"notebooks must be existing .ipynb files; got {n}")
+    if a.child:
+        a.child.write_text(json.dumps(measure(paths[0], a.timeout)))
+        return 0
+    if a.concurrent:
+        if a.concurrent < 2:
+            p.error(f"--concurrent must be at least 2 participants; got {a.concurrent}")
+        if a.out == OUT:
+            p.error("--concurrent needs --out (e.g. data/workshop/concurrent-runs.json), not the hub-sizing file")
+        prov = {**provenance(), "participants": a.concurrent,
+                "command": "python scripts/measure_hub_sizing.py --concurrent "
+                           f"{a.concurrent} --budget-min {a.budget_min:g} --out {_rel(a.out)} "
+                           + " ".join(_rel(n) for n in paths)}
+
+        def write(rows: list[dict]) -> None:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps({"provenance": prov, "notebooks": rows}, indent=1) + "\n")
+            print(f"wrote {_rel(a.out)} ({len(rows)} notebooks)", file=sys.stderr)
+
+        concurrent(paths, a.concurrent, a.timeout, a.budget_min * 60, write)
+        return 0
+    at_start = conditions()
     rows = []
     if a.out.is_file() and a.notebooks:  # measuring a few notebooks updates their rows only
         rows = [r for r in json.loads(a.out.read_text())["notebooks"]
                 if r["notebook"] not in {str(n.relative_to(ROOT)) for n in paths}]
     for n in paths:
-        row = measure(n, a.timeout)
+        before = conditions()
+        row = {**measure(n, a.timeout), "measured": dt.date.today().isoformat(), "conditions_before": before}
         print(json.dumps(row), flush=True)
         rows.append(row)
     rows.sort(key=lambda r: r["notebook"])
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"provenance": provenance(), "notebooks": rows}, indent=1) + "\n")
-    print(f"wrote {a.out.relative_to(ROOT) if a.out.is_relative_to(ROOT) else a.out}", file=sys.stderr)
+    prov = {**provenance(), "conditions_at_start": at_start, "conditions_at_end": conditions()}
+    a.out.write_text(json.dumps({"provenance": prov, "notebooks": rows}, indent=1) + "\n")
+    print(f"wrote {_rel(a.out)}", file=sys.stderr)
     return 0
+
+
+def _rel(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
 
 
 if __name__ == "__main__":

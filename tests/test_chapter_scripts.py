@@ -51,6 +51,7 @@ CH3: dict[str, tuple[int, list[str], int]] = {
 # ---- chapter 4
 CH4: dict[str, tuple[int, list[str], int]] = {
     "04-fsdp2-precision/fsdp_accum_dcp.py": (2, ["--micro", "2"], 150),
+    "04-fsdp2-precision/dcp_cross_version.py": (1, ["write", "ckpt"], 60),
     "04-fsdp2-precision/fsdp_async_pipeline.py": (2, ["--micro", "1"], 150),
     "04-fsdp2-precision/fsdp_cuda_graph.py": (2, ["--device", "cpu", "--micro", "2", "--windows", "1"], 150),
     "04-fsdp2-precision/fsdp_experiment.py": (2, ["--steps", "2"], 150),
@@ -72,7 +73,14 @@ CH7: dict[str, tuple[int, list[str], int]] = {
     "07-upgrading/reduce_dtype_probe.py": (2, [], 150),
 }
 
-SMALL = {**CH0, **CH1, **CH2, **CH3, **CH4, **CH5, **CH6, **CH7}
+# ---- chapter 8
+CH8: dict[str, tuple[int, list[str], int]] = {
+    "08-pipeline-parallelism/pipeline_memory.py": (
+        4, ["--budgets", "1", "--microbatches", "4", "--mb-rows", "2", "--dim", "8", "--steps", "1", "--per-edge"],
+        180),
+}
+
+SMALL = {**CH0, **CH1, **CH2, **CH3, **CH4, **CH5, **CH6, **CH7, **CH8}
 
 # script: why it does not run here (it needs hardware this machine lacks, or it is meant to fail)
 NOT_HERE = {

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from pt215 import doctor
 from pt215.checks import Check
 
-GOOD_LAUNCH = {"results": {0: {"sum": 1.0, "world": 2}, 1: {"sum": 1.0, "world": 2}}, "left": 0}
+GOOD_LAUNCH = {"results": {r: {"sum": 6.0, "world": 4} for r in range(4)}, "left": 0}
+REAL_PROBE_LAUNCH = doctor.probe_launch
 
 
 @pytest.fixture(scope="module")
 def real_launch() -> dict:
-    """The real 2-rank gloo job, run once for the whole module (a few seconds)."""
+    """The real 4-rank gloo job, run once for the whole module (a few seconds)."""
     return doctor.probe_launch()
 
 
@@ -25,11 +30,12 @@ def healthy(monkeypatch):
                                                                      cudnn="9.26.0"))
     monkeypatch.setattr(doctor, "probe_driver", lambda: (None, None))
     monkeypatch.setattr(doctor, "probe_package", lambda name: "1.0")
-    monkeypatch.setattr(doctor, "probe_kernels", lambda: [("python3", True)])
+    monkeypatch.setattr(doctor, "probe_kernels", lambda: [("python3", None)])
     monkeypatch.setattr(doctor, "probe_memory", lambda: (16.0, 12.0))
     monkeypatch.setattr(doctor, "probe_disk", lambda: 50.0)
     monkeypatch.setattr(doctor, "probe_data", lambda: [])
     monkeypatch.setattr(doctor, "probe_launch", lambda: GOOD_LAUNCH)
+    monkeypatch.setattr(doctor, "probe_fp8", lambda: None)
     return monkeypatch
 
 
@@ -64,7 +70,7 @@ def test_torch_not_importable_fails_and_skips_the_launch(healthy):
     healthy.setattr(doctor, "probe_torch", lambda: doctor.Torch(None))
     checks = by_name(doctor.collect())
     assert checks["torch"].verdict == "fail"
-    assert checks["2-rank gloo job"].verdict == "skip"
+    assert checks[doctor.LAUNCH].verdict == "skip"
 
 
 def test_no_jupyter_kernel_fails(healthy, capsys):
@@ -74,10 +80,13 @@ def test_no_jupyter_kernel_fails(healthy, capsys):
     assert line.startswith("[fail] Jupyter kernel: no Python kernelspec found -> python -m ipykernel install")
 
 
-def test_kernel_without_torch_fails_naming_it(healthy):
-    healthy.setattr(doctor, "probe_kernels", lambda: [("python3", False)])
+def test_kernel_without_torch_fails_naming_it_and_the_cause(healthy):
+    cause = "python3 -c 'import torch, pt215' fails: ModuleNotFoundError: No module named 'torch'"
+    healthy.setattr(doctor, "probe_kernels", lambda: [("python3", cause)])
     c = by_name(doctor.collect())["Jupyter kernel"]
-    assert c.verdict == "fail" and "python3" in c.detail
+    assert c.verdict == "fail" and "python3" in c.detail and "No module named 'torch'" in c.detail
+    healthy.setattr(doctor, "probe_kernels", lambda: [("pt215", None), ("python3", cause)])
+    assert by_name(doctor.collect())["Jupyter kernel"].verdict == "warn"
 
 
 @pytest.mark.parametrize("free, verdict", [(0.5, "fail"), (3.0, "warn"), (20.0, "ok")])
@@ -99,10 +108,12 @@ def test_missing_data_fails_naming_the_file(healthy):
 
 
 def test_failed_or_leaky_launch_fails(healthy):
-    healthy.setattr(doctor, "probe_launch", lambda: {"error": "rank 1 of x.py failed (exit code 1)", "left": 0})
-    assert by_name(doctor.collect())["2-rank gloo job"].line().startswith("[fail] 2-rank gloo job: pt215.launch.run")
+    healthy.setattr(doctor, "probe_launch", lambda: {"error": "rank 1 failed (exit code 1)",
+                                                     "cause": "RuntimeError: boom", "left": 0})
+    line = by_name(doctor.collect())[doctor.LAUNCH].line()
+    assert line.startswith("[fail] 4-rank gloo job: rank 1 failed (exit code 1): RuntimeError: boom -> ")
     healthy.setattr(doctor, "probe_launch", lambda: {**GOOD_LAUNCH, "left": 2})
-    assert "2 process(es) left behind" in by_name(doctor.collect())["2-rank gloo job"].detail
+    assert "2 process(es) left behind" in by_name(doctor.collect())[doctor.LAUNCH].detail
 
 
 @pytest.mark.parametrize("wheel, driver, verdict", [
@@ -134,7 +145,8 @@ def test_json_report(healthy, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["exit_code"] == 0 and data["counts"]["warn"] >= 1
     assert {"host", "python", "torch"} <= set(data["machine"])
-    assert {c["name"] for c in data["checks"]} >= {"Python", "torch", "nixl", "Jupyter kernel", "2-rank gloo job"}
+    assert {c["name"] for c in data["checks"]} >= {"Python", "torch", "nixl", "Jupyter kernel", doctor.LAUNCH,
+                                                 "FP8 on CPU"}
 
 
 def test_upgrade_without_the_module_says_so(healthy, capsys):
@@ -176,3 +188,142 @@ def test_upgrade_runs_the_upgrade_chapter_checks(healthy, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("[ok] nccl backend:") for line in lines)
     assert lines[-1].endswith("ready for the CPU track")
+
+
+# ---------------------------------------------------------------- causes on the line (issue: the doctor that says why)
+
+
+def test_missing_gloo_interface_fails_with_the_cause_on_the_line(healthy, capsys):
+    """A hub image copied from a cluster sets GLOO_SOCKET_IFNAME to an interface the pod lacks."""
+    healthy.setattr(doctor, "probe_launch", REAL_PROBE_LAUNCH)
+    healthy.setenv("GLOO_SOCKET_IFNAME", "pt215nosuch0")
+    assert doctor.main([]) == 1
+    line = next(line for line in capsys.readouterr().out.splitlines() if "gloo job" in line)
+    assert line.startswith("[fail] 4-rank gloo job: rank ")
+    assert "Unable to find address for: pt215nosuch0" in line, line
+    assert "-> GLOO_SOCKET_IFNAME=pt215nosuch0 names no network interface" in line
+
+
+def test_failure_cause_picks_the_exception_line():
+    tb = ["Traceback (most recent call last):", '  File "x.py", line 3, in <module>', "    f()",
+          "RuntimeError: [enforce fail at /a/b/device.cc:84] ifa != nullptr. Unable to find address for: eth9", ""]
+    assert doctor.failure_cause(tb) == "RuntimeError: ifa != nullptr. Unable to find address for: eth9"
+    assert doctor.failure_cause(["waiting", "still waiting", ""]) == "waiting | still waiting"
+    assert doctor.failure_cause([]) == "(no output)"
+
+
+def _kernelspec(folder, name: str, python: str) -> None:
+    spec = folder / "kernels" / name
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": name, "language": "python"}))
+
+
+def test_kernelspec_with_a_missing_interpreter_fails_the_check(tmp_path, monkeypatch):
+    pytest.importorskip("jupyter_client")
+    _kernelspec(tmp_path, "gone", str(tmp_path / "deleted-venv" / "bin" / "python"))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    kernels = dict(doctor.probe_kernels())
+    assert "does not exist" in kernels["gone"]
+    c = doctor.check_kernel(list(kernels.items()))
+    assert c.verdict == "fail" and "gone: its interpreter" in c.detail and "jupyter kernelspec remove" in c.fix
+
+
+def test_kernel_check_starts_the_kernels_own_interpreter(tmp_path):
+    """The kernel's interpreter really imports torch: a Python without torch is named with its error."""
+    sys_python = shutil.which("python3", path="/usr/bin:/bin")
+    if sys_python is None:
+        pytest.skip("no system python3")
+    cause = doctor.kernel_problem([sys_python, "-m", "ipykernel_launcher"], env={"PYTHONPATH": str(tmp_path)})
+    assert cause is not None and "No module named" in cause
+    assert doctor.kernel_problem(["python3", "-m", "ipykernel_launcher"]) is None  # the doctor's own Python
+
+
+def test_broken_torch_import_names_its_error_and_no_kernel_claims_torch(tmp_path):
+    """A torch that is installed but fails to import: the torch line and the kernel line both say why."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise OSError('libtorch_cpu.so: cannot open shared object file')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    out = subprocess.run([sys.executable, "-m", "pt215.doctor", "--no-launch"], capture_output=True, text=True,
+                         env=env, timeout=300).stdout.splitlines()
+    torch_line = next(line for line in out if line.startswith("[fail] torch:"))
+    assert "OSError: libtorch_cpu.so: cannot open shared object file" in torch_line
+    kernel_line = next(line for line in out if "Jupyter kernel" in line)
+    assert not kernel_line.startswith("[ok]") and "libtorch_cpu.so" in kernel_line
+
+
+# ---------------------------------------------------------------- limits of a pod, FP8
+
+
+def _files(root, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def test_cgroup_v2_limits(tmp_path):
+    _files(tmp_path, {"cgroup.controllers": "cpu memory", "memory.max": "max", "cpu.max": "max 100000",
+                      "user/pod/memory.max": str(4 * 2**30), "user/pod/memory.current": str(2**30),
+                      "user/pod/memory.stat": f"anon 1\ninactive_file {2**28}\n", "user/pod/cpu.max": "150000 100000",
+                      "user/memory.max": str(8 * 2**30)})
+    cg = doctor.read_cgroup("0::/user/pod\n", tmp_path)
+    assert cg == doctor.Cgroup(4 * 2**30, 2**30 - 2**28, 1.5)
+    assert doctor.read_cgroup("0::/\n", tmp_path) == doctor.Cgroup(None, None, None)
+
+
+def test_cgroup_v1_limits_inside_a_container(tmp_path):
+    # the host's path of the group does not exist inside the container: the mount's root is the group
+    _files(tmp_path, {"memory/memory.limit_in_bytes": str(6 * 2**30), "memory/memory.usage_in_bytes": "1000",
+                      "cpu,cpuacct/cpu.cfs_quota_us": "200000", "cpu,cpuacct/cpu.cfs_period_us": "100000"})
+    cg = doctor.read_cgroup("4:memory:/kubepods/pod1/abc\n2:cpu,cpuacct:/kubepods/pod1/abc\n", tmp_path)
+    assert cg == doctor.Cgroup(6 * 2**30, 1000, 2.0)
+    _files(tmp_path / "nolimit", {"memory/memory.limit_in_bytes": "9223372036854771712",
+                                  "cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"})
+    assert doctor.read_cgroup("4:memory:/\n1:cpu:/\n", tmp_path / "nolimit").memory_max is None
+
+
+def test_pod_limits_replace_the_hosts():
+    gib = 2**30
+    cg = doctor.Cgroup(memory_max=3 * gib, memory_used=gib, cpus=1.0)
+    total, avail, by = doctor.effective_memory(64.0 * gib, 50.0 * gib, cg)
+    assert (total / gib, avail / gib, by) == (3.0, 2.0, "cgroup limit")
+    assert doctor.check_memory(total / gib, avail / gib, by).verdict == "fail"
+    assert "cgroup limit" in doctor.check_memory(total / gib, avail / gib, by).detail
+    assert doctor.effective_memory(8.0 * gib, 6.0 * gib, doctor.Cgroup()) == (8.0 * gib, 6.0 * gib, "")
+    assert doctor.effective_cores(64, 64, cg) == (1.0, "cgroup CPU quota")
+    assert doctor.effective_cores(64, 4, doctor.Cgroup()) == (4, "CPU affinity")
+    assert doctor.check_cores(1.0, "cgroup CPU quota").line().startswith("[warn] CPU cores: 1 (cgroup CPU quota)")
+
+
+def test_fp8_warning_when_the_cpu_has_no_fp8_kernel(healthy):
+    healthy.setattr(doctor, "probe_fp8", lambda: "oneDNN has no FP8 matmul for this CPU (AVX2 only)")
+    c = by_name(doctor.collect())["FP8 on CPU"]
+    assert c.verdict == "warn" and "AVX2 only" in c.detail and "6.1" in c.detail and c.fix
+    assert doctor.check_fp8(None).verdict == "ok"
+
+
+def test_fp8_probe_is_the_fp8_modules():
+    fp8 = pytest.importorskip("pt215.fp8")
+    if not hasattr(fp8, "cpu_fp8_matmul_problem"):
+        pytest.skip("pt215.fp8.cpu_fp8_matmul_problem is not in this pt215")
+    assert doctor.probe_fp8() == fp8.cpu_fp8_matmul_problem()
+
+
+def test_cxx_check_says_what_is_missing_and_what_to_do():
+    from pt215 import doctor
+
+    assert doctor.check_cxx((True, "")).verdict == "ok"
+    none = doctor.check_cxx(None)
+    assert none.verdict == "warn" and "no C++ compiler" in none.detail and "g++" in none.fix
+    old = doctor.check_cxx((False, "c10/util/Bitset.h:42:1: error: 'countr_zero' is not a member of 'std'"))
+    assert old.verdict == "warn" and "countr_zero" in old.detail and "C++20" in old.fix
+
+
+def test_fp8_warning_says_the_notebooks_fall_back():
+    from pt215 import doctor
+
+    c = doctor.check_fp8("torch._scaled_mm fails on this CPU's kernels (AVX2): could not create a primitive")
+    assert c.verdict == "warn" and "reference path" in c.detail and "falls back" in c.detail

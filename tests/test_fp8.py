@@ -128,6 +128,81 @@ def test_scaled_matmul_errors(x, w, kwargs, err, match):
         fp8.scaled_matmul(x, w, **kwargs)
 
 
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, E4])
+def test_reference_scaled_mm_is_what_the_cpu_kernel_computes(scaling, out_dtype):
+    """Dequantize + fp32 matmul: bit for bit the CPU kernel's result where that kernel runs."""
+    x, w = torch.randn(3, 48), torch.randn(16, 48)
+    xq, wq = quantize(x, scaling=scaling), quantize(w, scaling=scaling)
+    sw = wq.scale if scaling == "tensorwise" else wq.scale.reshape(1, -1).contiguous()
+    ref = fp8.reference_scaled_mm(xq.data, wq.data.t(), xq.scale, sw, out_dtype=out_dtype)
+    assert ref.dtype == out_dtype and ref.shape == (3, 16)
+    if fp8.cpu_fp8_matmul_problem() is None:
+        recipe = F.ScalingType.TensorWise if scaling == "tensorwise" else F.ScalingType.RowWise
+        real = F.scaled_mm(xq.data, wq.data.t(), xq.scale, recipe, sw, recipe, output_dtype=out_dtype)
+        assert torch.equal(real.float(), ref.float())
+
+
+def test_reference_scaled_mm_errors():
+    a8 = torch.randn(2, 16).to(E4)
+    one = torch.tensor(1.0)
+    with pytest.raises(ValueError, match="mat_a must be a 2-D float8"):
+        fp8.reference_scaled_mm(a8.float(), a8.t(), one, one)
+    with pytest.raises(ValueError, match="shapes cannot be multiplied"):
+        fp8.reference_scaled_mm(a8, a8, one, one)
+    with pytest.raises(ValueError, match="scale_b must be a float32"):
+        fp8.reference_scaled_mm(a8, a8.t(), one, one.bfloat16())
+
+
+@pytest.fixture
+def cpu_without_fp8_kernels(monkeypatch):
+    """This CPU as one whose oneDNN cannot build the FP8 matmul: every scaled matmul call raises, as there."""
+
+    def no_kernel(*args, **kwargs):
+        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+
+    monkeypatch.setattr(torch, "_scaled_mm", no_kernel)
+    monkeypatch.setattr(F, "scaled_mm", no_kernel)
+    fp8.cpu_fp8_matmul_problem.cache_clear()
+    yield
+    fp8.cpu_fp8_matmul_problem.cache_clear()  # the real answer again for the tests that follow
+
+
+def test_probe_names_every_failing_call_in_one_line(cpu_without_fp8_kernels):
+    problem = fp8.cpu_fp8_matmul_problem()
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith("torch._scaled_mm, F.scaled_mm tensorwise, F.scaled_mm rowwise fail on this CPU's")
+    assert problem.endswith("could not create a primitive descriptor for the matmul primitive")
+    assert fp8.cpu_fp8_matmul_problem() is problem  # cached
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+def test_scaled_matmul_gives_the_reference_result_where_the_kernel_is_missing(scaling, cpu_without_fp8_kernels):
+    x, wq = torch.randn(4, 32), quantize(torch.randn(8, 32), scaling=scaling)
+    xq = quantize(x, scaling=scaling)
+    sw = wq.scale if scaling == "tensorwise" else wq.scale.reshape(1, -1).contiguous()
+    for out_dtype in (torch.float32, torch.bfloat16):
+        y = fp8.scaled_matmul(x, wq, out_dtype=out_dtype)
+        assert torch.equal(y, fp8.reference_scaled_mm(xq.data, wq.data.t(), xq.scale, sw, out_dtype=out_dtype))
+    # the W8A8 model layer on top of it runs too
+    layer = fp8.FP8Linear(torch.nn.Linear(32, 8, bias=False), scaling=scaling)
+    assert layer(torch.randn(2, 3, 32)).shape == (2, 3, 8)
+
+
+def test_scaled_matmul_reraises_a_real_error_on_a_cpu_with_kernels(monkeypatch):
+    """A failing call on a CPU whose probe passes is a real error, not a missing kernel: it is raised."""
+    fp8.cpu_fp8_matmul_problem.cache_clear()
+    if fp8.cpu_fp8_matmul_problem() is not None:
+        pytest.skip("this CPU's kernels cannot build the FP8 matmul")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(F, "scaled_mm", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        fp8.scaled_matmul(torch.randn(2, 32), quantize(torch.randn(8, 32)))
+
+
 def test_scaled_mm_path():
     assert fp8.scaled_mm_path("cpu") == "scaled_mm"
     assert fp8.scaled_mm_path("mps") == "scaled_mm"

@@ -312,9 +312,21 @@ def test_strip_stride_metadata_round_trip():
             strip_stride_metadata(os.path.join(d, "missing"))
 
 
-def test_launch_helpers_live_in_pt215_launch():
-    """Chapter 4 starts and ends its workers through `pt215.launch` (one launcher, one preamble)."""
-    import pt215.fsdp as fsdp
+def test_dcp_cross_version_writes_both_checkpoints_and_reads_them_back(tmp_path, capsys):
+    """Chapter 4's cross-version script: 2.15 reads both; the stripped one has the pre-2.15 5-element layout."""
+    import importlib.util
+    import json
+    from pathlib import Path
 
-    for gone in ("world", "init_dist", "teardown", "launch"):
-        assert not hasattr(fsdp, gone), gone
+    path = Path(__file__).resolve().parents[1] / "chapters/04-fsdp2-precision/dcp_cross_version.py"
+    spec = importlib.util.spec_from_file_location("dcp_cross_version", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["write", str(tmp_path / "ck")]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert written["as-written"]["state_lengths"] == [6] and written["stripped"]["state_lengths"] == [5]
+    assert mod.main(["read", str(tmp_path / "ck"), "--out", str(tmp_path / "r.json")]) == 0
+    read = json.loads((tmp_path / "r.json").read_text())
+    assert read["as-written"] == read["stripped"] == {"loaded": True, "values_equal": True}
+    with pytest.raises(SystemExit):
+        mod.main(["write", str(tmp_path / "ck")])  # not empty: refused before anything is written

@@ -89,3 +89,21 @@ def test_decode_step_fn_rewinds_and_interleaved_run_reports_every_variant():
         R.measure_decode_roofline({"fp32": m}, batches=(0,))
     with pytest.raises(ValueError, match="context"):
         R.decode_step_fn(m, context=0)
+
+
+def test_decode_floor_is_bytes_over_read_bandwidth():
+    """One decode floor for chapters 5 and 6: bytes / read bandwidth, the bytes term of the roofline ceiling."""
+    assert R.decode_floor_seconds(2e6, 1e9) == pytest.approx(2e-3)
+    assert R.decode_floor_seconds(0, 1e9) == 0.0
+    assert R.predicted_tokens_per_s(2e6, 0.0, 4, 1e9) == pytest.approx(4 / R.decode_floor_seconds(2e6, 1e9))
+
+
+@pytest.mark.parametrize(("args", "match"), [((1e6, 0), "bandwidth must be a positive"),
+                                             ((1e6, -1.0), "bandwidth must be a positive"),
+                                             ((-1, 1e9), "nbytes must be >= 0"),
+                                             ((float("nan"), 1e9), "nbytes must be a finite number"),
+                                             (("1e6", 1e9), "nbytes must be a finite number"),
+                                             ((1e6, True), "bandwidth must be a finite number")])
+def test_decode_floor_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        R.decode_floor_seconds(*args)

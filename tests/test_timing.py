@@ -61,3 +61,38 @@ def test_sync_on_cpu_returns_and_bad_device_is_named():
     sync("cpu")
     with pytest.raises(ValueError, match="device"):
         sync("not-a-device")
+
+
+def test_calls_puts_many_calls_between_two_syncs(monkeypatch):
+    from pt215 import timing
+
+    syncs: list[object] = []
+    monkeypatch.setattr(timing, "sync", lambda device=None: syncs.append(device))
+    count = {"n": 0}
+
+    def op():
+        count["n"] += 1
+
+    samples = timing.time_samples(op, iters=3, warmup=1, device="cpu", calls=50)
+    assert len(samples) == 3 and count["n"] == 1 + 3 * 50
+    assert len(syncs) == 1 + 3 * 2  # once before warm-up, then two per sample: not one per call
+    med = timing.interleaved_medians({"a": op, "b": op}, iters=2, warmup=0, calls=10)
+    assert set(med) == {"a", "b"} and count["n"] == 151 + 2 * 2 * 10
+
+
+def test_calls_must_be_a_positive_int():
+    import pytest
+
+    from pt215.timing import median_seconds
+
+    with pytest.raises(ValueError, match="calls must be a positive int"):
+        median_seconds(lambda: None, calls=0)
+
+
+def test_thread_cpu_samples_counts_work_not_waiting():
+    import time
+
+    from pt215.timing import thread_cpu_samples
+
+    waited = thread_cpu_samples(lambda: time.sleep(0.01), iters=2, calls=2)
+    assert len(waited) == 2 and all(s < 0.005 for s in waited)  # sleeping costs this thread no CPU

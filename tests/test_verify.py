@@ -69,10 +69,35 @@ def test_a_failing_check_is_recorded_and_exits_1(tmp_path, monkeypatch, capsys):
     bad = verify.GatedPath("ch9.broken", 9, "a check that fails", "README.md", (), broken, fake=True)
     monkeypatch.setattr(verify, "PATHS", (bad,))
     out = tmp_path / "rec.json"
-    assert verify.main(["--out", str(out)]) == 1
+    assert verify.main(["--out", str(out), "--skip-boundary"]) == 1
     rec = json.loads(out.read_text())
+    assert "boundary" not in rec
     assert rec["checks"][0]["status"] == "failed" and "busbw 0 GB/s" in rec["checks"][0]["reason"]
     assert "FAILED: AssertionError: busbw 0 GB/s" in capsys.readouterr().out
+
+
+def test_list_names_the_issue_24_paths_and_the_boundary_run(capsys):
+    assert verify.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for pid in ("ch1.window-put", "ch1.time-estimate", "ch2.debug-server-nccl2", "ch2.fr-nccl-legacy-py-watchdog",
+                "ch4.fsdp-graph-whole-step", "ch6.mps-record-stream", "ch6.mps-kernels", "ch5.paged-attention"):
+        assert pid in out, pid
+    assert "run to the hardware boundary of" in out
+
+
+def test_a_boundary_failure_is_recorded_and_exits_1(tmp_path, monkeypatch):
+    from pt215 import boundary
+
+    bad = boundary.Command("chapters/02-flight-recorder/02-9-x.md", 3, "debug_server.py", 2,
+                           ("--backend", "nccl", "--timeout", "10", "--stuck", "5"))
+    monkeypatch.setattr(verify, "PATHS", ())
+    monkeypatch.setattr(boundary, "commands", lambda root=boundary.ROOT: [bad])
+    out = tmp_path / "rec.json"
+    assert verify.main(["--only", "boundary", "--out", str(out)]) == 1
+    rec = json.loads(out.read_text())
+    assert rec["checks"] == [] and rec["boundary"]["commands"] == 1
+    assert "--timeout (10.0) < --stuck (5.0)" in rec["boundary"]["failed"][0]["detail"]
+    hardware_runs.validate_record(rec)
 
 
 def test_only_that_matches_nothing_is_a_clear_error():
@@ -106,27 +131,43 @@ def test_a_gpu_pass_without_a_gpu_in_the_record_is_rejected():
 
 def test_rendering_names_the_runs_and_what_nothing_verified():
     rec = json.loads(FIXTURE.read_text())
-    rows = {r[0]: r for r in hardware_runs.path_rows(verify.PATHS, [("f.json", rec)], chapter=1)}
-    assert set(rows) == {p.id for p in verify.PATHS if p.chapter == 1}
-    busbw = rows["ch1.busbw"][3]
-    assert busbw == ["passed on 2x FIXTURE GPU sm_90, torch 2.15.0, driver TEST-DRIVER, cuDNN 9.26.0, 2000-01-01"]
-    shrink = rows["ch1.shrink-group"][3]
-    assert shrink[0].startswith("FAILED on 2x FIXTURE GPU") and shrink[-1] == hardware_runs.NOTHING
-    assert rows["ch1.eager-init"][3] == [hardware_runs.NOTHING]
-    fake_only = copy.deepcopy(rec)
-    fake_only["machine"].update(gpus=[], summary="CPU x86_64, 2 cores, no CUDA GPU")
-    fake_only["checks"] = [{"id": "ch5.fake-nvfp4", "chapter": 5, "title": "t", "needs": [], "status": "passed",
-                            "mode": "fake CUDA: shapes and dtypes checked, no kernel ran"}]
-    rows5 = {r[0]: r for r in hardware_runs.path_rows(verify.PATHS, [("c.json", fake_only)], chapter=5)}
-    assert "(fake CUDA: shapes and dtypes checked, no kernel ran)" in rows5["ch5.fake-nvfp4"][3][0]
-    assert rows5["ch5.nvfp4-scaled-mm"][3] == [hardware_runs.NOTHING]
+    ch1 = [p for p in verify.PATHS if p.chapter == 1]
+    by_id = {p.id: hardware_runs.classify(p, [("f.json", rec)]) for p in ch1}
+    assert by_id["ch1.busbw"] == ("hardware", [
+        "passed on 2x FIXTURE GPU sm_90, torch 2.15.0, driver TEST-DRIVER, cuDNN 9.26.0, 2000-01-01"])
+    kind, lines = by_id["ch1.shrink-group"]
+    assert kind == "failed" and lines[0].startswith("FAILED on 2x FIXTURE GPU")
+    assert by_id["ch1.eager-init"] == ("none", ["nothing has run it yet"])
+    cpu = copy.deepcopy(rec)
+    cpu["machine"].update(gpus=[], summary="CPU x86_64, 2 cores, no CUDA GPU")
+    cpu["checks"] = [{"id": "ch5.fake-nvfp4", "chapter": 5, "title": "t", "needs": [], "status": "passed",
+                      "mode": "fake CUDA: shapes and dtypes checked, no kernel ran"},
+                     {"id": "ch3.nixl-api-tour", "chapter": 3, "title": "t", "needs": ["nixl"], "status": "passed",
+                      "mode": "real"}]
+    paths = {p.id: p for p in verify.PATHS}
+    kind, lines = hardware_runs.classify(paths["ch5.fake-nvfp4"], [("c.json", cpu)])
+    assert kind == "fake" and "shapes and dtypes, no kernel ran" in lines[0]
+    assert hardware_runs.classify(paths["ch3.nixl-api-tour"], [("c.json", cpu)])[0] == "cpu"
+    n_hw = sum(bool(p.needs) for p in verify.PATHS)
+    assert hardware_runs.summary_line(verify.PATHS, [("c.json", cpu)]) == (
+        f"0 of {n_hw} hardware paths have run on hardware; 1 checked on fake CUDA; 1 on CPU")
 
 
-def test_the_directive_renders_a_table():
+def test_needs_read_as_words():
+    assert hardware_runs.need_words(("cuda>=2", "nccl")) == "≥ 2 CUDA GPUs and NCCL with a CUDA GPU"
+    assert hardware_runs.need_words(()) == "nothing (fake CUDA)"
+
+
+def test_the_directive_lists_hardware_runs_and_collapses_the_rest():
     rec = json.loads(FIXTURE.read_text())
-    table = hardware_runs._table(hardware_runs.path_rows(verify.PATHS, [("f.json", rec)], 1), False)
-    text = table.astext()
-    assert "ch1.busbw" in text and "passed on 2x FIXTURE GPU sm_90" in text and hardware_runs.NOTHING in text
+    ch1 = [p for p in verify.PATHS if p.chapter == 1]
+    nodes_ = hardware_runs.render(ch1, [("f.json", rec)])
+    text = "\n".join(n.astext() for n in nodes_)
+    assert text.startswith(f"1 of {len(ch1)} hardware paths have run on hardware; 0 checked on fake CUDA; 0 on CPU")
+    assert "Run on hardware (1)" in text
+    done, details = text.index("ch1.busbw"), text.index("<details")
+    assert done < details and text.index("ch1.eager-init") > details and text.rstrip().endswith("</details>")
+    assert "ch1.eager-init (≥ 2 CUDA GPUs and NCCL with a CUDA GPU): nothing has run it yet." in text
 
 
 # ------------------------------------------------------------------------------------------- links
@@ -151,7 +192,23 @@ def test_link_peak_from_topology():
     pcie = links.link_peak(2, (8, 9), topo=TOPO_PCIE, pcie_gen=4)
     assert (pcie.kind, pcie.GBps) == ("PCIe gen 4 x16", 32.0) and "SYS" in pcie.how
     with pytest.raises(ValueError, match="no row for GPU"):
-        links.link_peak(4, (9, 0), topo=TOPO_NVL)
+        links.link_peak(4, (9, 0), topo=TOPO_NVL, visible="")
+
+
+def test_link_peak_follows_cuda_visible_devices_and_knows_no_network():
+    mixed = TOPO_NVL.replace("GPU2\tNV18\tNV18", "GPU2\tSYS\tSYS").replace("GPU0\t X \tNV18\tNV18",
+                                                                             "GPU0\t X \tNV18\tSYS")
+    mixed = mixed.replace("GPU1\tNV18\t X \tNV18", "GPU1\tNV18\t X \tSYS")
+    assert links.visible_gpus(2, "2,0") == [2, 0]
+    assert links.link_peak(2, (9, 0), topo=mixed, visible="0,1").kind == "NVLink 4"
+    assert links.link_peak(2, (9, 0), topo=mixed, visible="2,0", pcie_gen=5).kind == "PCIe gen 5 x16"
+    with pytest.raises(ValueError, match="UUID or MIG"):
+        links.link_peak(2, (9, 0), topo=mixed, visible="GPU-1234,GPU-5678")
+    net = links.link_peak(16, (9, 0), local=8)  # two nodes: no nvidia-smi is asked
+    assert (net.kind, net.GBps) == ("network", None) and "16 ranks on 2 nodes of 8" in net.how
+    assert links.link_peak(16, (9, 0), local=8, net_gbps=50).GBps == 50.0
+    with pytest.raises(ValueError, match="net_gbps must be a positive"):
+        links.link_peak(16, (9, 0), local=8, net_gbps=0)
 
 
 # ------------------------------------------------------------------------------------------- fp8 syncs

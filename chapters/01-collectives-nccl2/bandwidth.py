@@ -5,11 +5,15 @@
     torchrun --nproc-per-node 8 bandwidth.py --backend nccl-legacy -e 1G --copy-bytes 1G
 
 1. pt215.bench.sweep: the nccl-tests method (check, warm-up, timed back-to-back iterations, mean over ranks)
-2. pt215.roofline.copy_bandwidth on every rank at once: the copy limit of the memory the collective moves.
-   It counts a copy of n bytes as 2n (read + write); moving n payload bytes is one such copy, so the ceiling
-   busbw is compared with is copy / 2, the payload rate
-3. the helper's overhead: the helper against a hand-written loop of the same all_reduce at the largest size,
-   alternating the two `--rounds` times; the overhead is the median over rounds of helper / hand - 1
+2. at the largest size, `--rounds` rounds of three arms, the order rotating from round to round so that a
+   busy moment of the machine falls on all of them alike:
+   - the helper, `pt215.bench.time_collective`, on the all_reduce;
+   - a hand-written loop of the same all_reduce (the helper's overhead is the median over rounds of
+     helper / hand - 1);
+   - the copy limit, `pt215.roofline.copy_step` of `--copy-bytes` on every rank at once (the memory the
+     collective moves). A copy of n bytes is counted as 2n (read + write); moving n payload bytes is one such
+     copy, so the ceiling busbw is compared with is copy / 2, the payload rate. busbw and the ceiling are the
+     medians over the same rounds.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ import torch.distributed as dist
 
 from pt215 import bench, links
 from pt215.launch import init_rank, report, shutdown
-from pt215.roofline import copy_bandwidth
-from pt215.timing import Stopwatch, sync
+from pt215.roofline import copy_step
+from pt215.timing import Stopwatch, median_seconds, sync
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--iters", type=int, default=10)
     p.add_argument("--copy-bytes", type=bench.parse_size, default="128M",
                    help="size of the copy-bandwidth measurement (above the last-level cache)")
-    p.add_argument("--rounds", type=int, default=10, help="alternations of helper vs hand-timed loop")
+    p.add_argument("--rounds", type=int, default=10,
+                   help="rounds of helper, hand-timed loop and copy at the largest size, interleaved")
     return p
 
 
@@ -64,6 +69,12 @@ def link_ceiling(n: int, device: torch.device) -> dict | None:
         return {"kind": "unknown", "GBps": None, "how": f"{type(e).__name__}: {e}"}
 
 
+def _copy_seconds(copy, device: torch.device) -> float:
+    """Seconds of one copy on this rank (median of 3 after 1 warm-up), all ranks starting together."""
+    dist.barrier()
+    return median_seconds(copy, iters=3, warmup=1, device=device)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = _parser().parse_args(argv)
     me = init_rank(a.backend)
@@ -73,30 +84,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = bench.size_sweep(a.min_bytes, a.max_bytes, a.factor)
     rows = [r for op in a.op for r in bench.sweep(op, sizes, warmup=a.warmup, iters=a.iters, device=dev)]
 
-    # 2. the limit, same run, all ranks copying at once (as they all move data in the collective)
-    copy = bench.mean_across_ranks(copy_bandwidth(a.copy_bytes, device=dev), device=dev) / bench.GB
-    ceiling = copy / 2  # the payload rate: n bytes moved = one copy of n bytes, counted as 2n
-    link = link_ceiling(n, dev)
-
-    # 3. overhead of the helper against a hand-timed loop of the same all_reduce
+    # 2. at the largest size: helper, hand loop and the copy limit, interleaved round by round
     big = sizes[-1]
     x = torch.zeros(big // 4, device=dev)
-    helper_s: list[float] = []
-    hand_s: list[float] = []
+    copy = copy_step(a.copy_bytes, device=dev)
+    arms = {
+        "helper": lambda: bench.time_collective("all_reduce", big, warmup=a.warmup, iters=a.iters, device=dev,
+                                                check=False)[0],
+        "hand": lambda: hand_loop(x, a.iters, a.warmup, dev),
+        # every rank copies at once, as every rank moves data in the collective; 2n bytes counted per copy
+        "copy": lambda: bench.mean_across_ranks(_copy_seconds(copy, dev), device=dev),
+    }
+    secs: dict[str, list[float]] = {k: [] for k in arms}
     for i in range(a.rounds):
-        order = ("helper", "hand") if i % 2 == 0 else ("hand", "helper")
-        for who in order:
-            if who == "helper":
-                helper_s.append(bench.time_collective("all_reduce", big, warmup=a.warmup, iters=a.iters,
-                                                      device=dev, check=False)[0])
-            else:
-                hand_s.append(hand_loop(x, a.iters, a.warmup, dev))
+        names = list(arms)[i % 3:] + list(arms)[:i % 3]  # rotate the order from round to round
+        for who in names:
+            secs[who].append(arms[who]())
+    helper_s, hand_s, copy_s = secs["helper"], secs["hand"], secs["copy"]
     helper_med, hand_med = statistics.median(helper_s), statistics.median(hand_s)
+    copy_gbps = 2 * a.copy_bytes / statistics.median(copy_s) / bench.GB
+    ceiling = copy_gbps / 2  # the payload rate: n bytes moved = one copy of n bytes, counted as 2n
+    used = big // 4 * 4
+    busbw_big = bench.bus_bandwidth("all_reduce", used, helper_med, n)
+    fraction = busbw_big / ceiling  # both medians of the same interleaved rounds
+    link = link_ceiling(n, dev)
 
     result = {
         "backend": str(dist.get_backend()), "world_size": n, "device": dev.type,
         "rows": [r.as_dict() for r in rows],
-        "copy_GBps": copy, "copy_bytes": a.copy_bytes, "payload_ceiling_GBps": ceiling, "link": link,
+        "copy_GBps": copy_gbps, "copy_bytes": a.copy_bytes, "copy_s": copy_s, "payload_ceiling_GBps": ceiling,
+        "link": link, "busbw_big": busbw_big, "ceiling_fraction": fraction,
         "overhead": {"nbytes": big, "iters": a.iters, "rounds": a.rounds, "helper_s": helper_s, "hand_s": hand_s,
                      "helper_median_s": helper_med, "hand_median_s": hand_med,
                      "relative": helper_med / hand_med - 1,
@@ -107,14 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if me.rank == 0:
         print(f"{result['backend']} on {n} ranks ({dev.type}), {a.warmup} warm-up + {a.iters} timed iterations per size")
         print(bench.format_table(rows))
+        print(f"at {big // 2**20} MiB, {a.rounds} rounds of helper, hand loop and copy, interleaved:")
         print(f"copy bandwidth, {a.copy_bytes // 2**20} MiB on every rank at once, read + write counted: "
-              f"{copy:.2f} GB/s; payload ceiling = copy / 2 = {ceiling:.2f} GB/s")
-        last = [r for r in rows if r.op == "all_reduce"]
-        if last:
-            print(f"all_reduce busbw at {last[-1].nbytes // 2**20} MiB: {last[-1].busbw:.3f} GB/s "
-                  f"= {last[-1].busbw / ceiling:.1%} of the payload ceiling")
-            if link and link["GBps"]:
-                print(f"  = {last[-1].busbw / link['GBps']:.1%} of the {link['kind']} peak, {link['how']}")
+              f"{copy_gbps:.2f} GB/s; payload ceiling = copy / 2 = {ceiling:.2f} GB/s")
+        print(f"all_reduce busbw {busbw_big:.3f} GB/s = {fraction:.1%} of the payload ceiling")
+        if link and link["GBps"]:
+            print(f"  = {busbw_big / link['GBps']:.1%} of the {link['kind']} peak, {link['how']}")
         print(f"helper {helper_med * 1e3:.2f} ms vs hand-timed loop {hand_med * 1e3:.2f} ms per all_reduce: "
               f"overhead {result['overhead']['relative_paired']:+.1%} (median of per-round ratios)")
     report(result)

@@ -15,8 +15,12 @@ included). `fr_trace_json` returns each rank's flight recorder, saved as `<dump-
 The frontend's periodic dumps (`stacks_*.txt`, `c10d_health_check_*.txt`, ...) go to `<dump-dir>/periodic`.
 The straggler then arrives, the step completes, and the job ends cleanly.
 
-With `--backend nccl` (>= 2 GPUs) the straggler outlasts `--timeout`; NCCL2's watchdog marks the backend
-unhealthy and the frontend's periodic health round asks every rank for `fr_dump_file?backend=nccl2`.
+With `--backend nccl` (>= 2 GPUs) the straggler outlasts `--timeout` (so `--stuck` > `--timeout` there); NCCL2's
+watchdog marks the backend unhealthy and the frontend's periodic health round asks every rank for
+`fr_dump_file?backend=nccl2`. `work.wait()` on NCCL2 only makes the current CUDA stream wait for the collective
+(torch/csrc/distributed/c10d/nccl2/WorkNCCL.hpp, `synchronizeInternal`, lines 184-186), so a waiting rank polls
+`work.is_completed()` on the host for the real outcome; and every rank stays until every rank's file exists,
+so rank 0's frontend is still alive for the health round that asks the straggler.
 """
 
 from __future__ import annotations
@@ -57,8 +61,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in ("interval", "dump_after", "stuck", "timeout"):
         if getattr(a, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(a, name)}")
-    if not a.dump_after < a.stuck < a.timeout:
-        p.error(f"need --dump-after ({a.dump_after}) < --stuck ({a.stuck}) < --timeout ({a.timeout})")
+    if a.backend == "gloo" and not a.dump_after < a.stuck < a.timeout:
+        p.error(f"gloo needs --dump-after ({a.dump_after}) < --stuck ({a.stuck}) < --timeout ({a.timeout}): the "
+                "watchdog asks while the straggler computes, and it arrives before the collective times out")
+    if a.backend == "nccl" and not a.timeout < a.stuck:
+        p.error(f"nccl needs --timeout ({a.timeout}) < --stuck ({a.stuck}): the straggler must outlast the "
+                "collective timeout so that NCCL2's watchdog marks the backend unhealthy")
     return a
 
 
@@ -174,25 +182,35 @@ def nccl_hang(a: argparse.Namespace, rank: int, straggler: int, grad: torch.Tens
     """NCCL2: the straggler outlasts the collective timeout; the others' watchdog marks nccl2 unhealthy.
 
     The frontend's next periodic c10d_health_check round then asks every rank for
-    fr_dump_file?backend=nccl2, which writes <dump-dir>/rank_<r>. Each rank waits (bounded) for its own file.
+    fr_dump_file?backend=nccl2, which writes <dump-dir>/rank_<r>. Every rank waits (bounded) until every rank's
+    file exists: a waiting rank's abort hook writes its own file at once, and a rank that left then would take
+    rank 0's frontend with it before the round that asks the straggler.
     """
-    mine = out / f"rank_{rank}"
+    world = dist.get_world_size()
     deadline = time.monotonic() + a.stuck
     if rank == straggler:
         x = torch.randn(64, 64)
+        mine = out / f"rank_{rank}"
         while time.monotonic() < deadline and not mine.exists(): x = torch.tanh(x @ x)  # noqa: E701
         outcome = "stuck in compute"
     else:
-        try:
-            dist.all_reduce(grad, async_op=True).wait()  # NCCL returns at enqueue: wait for the real outcome
-            outcome = "completed"
-        except Exception as e:  # noqa: BLE001 - whatever NCCL2 raises after its watchdog fired
-            outcome = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+        work = dist.all_reduce(grad, async_op=True)
+        work.wait()  # NCCL2: orders the current stream after the collective; the host does not wait
+        end = time.monotonic() + a.timeout + a.stuck + 30
+        while not work.is_completed() and time.monotonic() < end:
+            time.sleep(0.1)
+        if not work.is_completed():
+            outcome = "still running"
+        else:
+            exc = work.exception()
+            outcome = "completed" if exc is None else f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+    files = [out / f"rank_{r}" for r in range(world)]
     end = time.monotonic() + 3 * a.interval + 60
-    while not mine.exists() and time.monotonic() < end:
+    while not all(f.exists() for f in files) and time.monotonic() < end:
         time.sleep(0.2)
-    print(f"outcome: {outcome}; dump file written: {mine.exists()}")
-    report({"rank": rank, "outcome": outcome, "dump_file": mine.exists()})
+    written = [f.name for f in files if f.exists()]
+    print(f"outcome: {outcome}; dump files written: {written}")
+    report({"rank": rank, "outcome": outcome, "dump_files": written})
     os._exit(0)  # the communicator is aborted: no collective teardown
 
 

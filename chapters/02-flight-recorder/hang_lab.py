@@ -26,8 +26,12 @@ With `--backend nccl` (>= 2 GPUs) nothing is armed unless `--py-watchdog` is giv
 come from TORCH_FR_DUMP_ON_TIMEOUT=1 and the backend's own watchdog. NCCL collectives return once queued, so
 after the faulty step every rank waits for its GPU stream (`torch.cuda.synchronize`): the stuck collective
 keeps it there until the watchdog times it out, dumps and tears the process down (a non-zero exit is expected).
-Each hooked backend records into its own ring buffer: `nccl` in 2.15 is ProcessGroupNCCL2, whose entries are
-dumped with `backend="nccl2"` (`nccl-legacy` records under "nccl"). Unverified on hardware.
+Which recorder holds the entries: `nccl` in 2.15 is ProcessGroupNCCL2, recorded through the c10d hook into the
+per-backend ring `getFlightRecorder("nccl2")`, dumped with `_dump_fr_trace_file(..., backend="nccl2")`. The legacy
+ProcessGroupNCCL (`TORCH_DIST_USE_NCCL2=0`) records into its own CUDA-event recorder, which only
+`_dump_nccl_trace()` reads; `backend="nccl"` would name a fresh, empty ring of the per-backend registry
+(torch/csrc/distributed/c10d/FlightRecorder.hpp, `kDefaultFRBackend` and `getFlightRecorder`, lines 363-381).
+Unverified on hardware.
 """
 
 from __future__ import annotations
@@ -100,7 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return
             if rank == 0 and reason == "watchdog":
                 ask_every_rank(out, world)
-            c10d._dump_fr_trace_file(rank, includeStackTraces=False, backend=fr_backend)
+            if fr_backend == LEGACY:  # the legacy ProcessGroupNCCL's own recorder: written by hand
+                (out / f"rank_{rank}").write_bytes(c10d._dump_nccl_trace(includeStackTraces=False))
+            else:
+                c10d._dump_fr_trace_file(rank, includeStackTraces=False, backend=fr_backend)
             info.update(dump_time=time.time(), dump_reason=reason)
             dumped.set()
 
@@ -183,10 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+LEGACY = "nccl-legacy"  # not a ring name: the legacy ProcessGroupNCCL's recorder, read by _dump_nccl_trace()
+
+
 def fr_ring(dev: torch.device) -> str:
-    """The flight-recorder ring buffer the world group's NCCL backend records into: "nccl2" or "nccl"."""
+    """Where the world group's NCCL backend records: the ring "nccl2" (ProcessGroupNCCL2, through the c10d
+    hook), or LEGACY (ProcessGroupNCCL's CUDA-event recorder; `backend="nccl"` would name an empty ring)."""
     impl = type(dist.get_backend_impl(dist.group.WORLD, dev)).__name__
-    return "nccl2" if impl == "ProcessGroupNCCL2" else "nccl"
+    return "nccl2" if impl == "ProcessGroupNCCL2" else LEGACY
 
 
 def _post(sock: Path, handler: str, timeout: float = 5.0) -> str:

@@ -15,7 +15,14 @@ optimizer step ("window") of N microbatches:
 step eagerly where the replays would be, so everything around the graph runs on any machine. Both check each
 window's reduced gradients against plain FSDP2 accumulation of the same microbatches, then take an SGD step.
 
+`--whole-step` (CUDA only) is an experiment instead: capture one whole FSDP2 microbatch, forward and backward
+through FSDP2's own hooks and collectives, in a CUDA graph, replay it, and report what happened (captured and
+replayed with the eager gradients, or the error). torch 2.15's `fully_shard` docstrings exclude only CPU offload
+and an outstanding async unshard from graph capture (`torch/distributed/fsdp/_fully_shard/_fully_shard.py`,
+`set_keep_unsharded_storage`); whether the rest captures is what this run records.
+
 Run:  torchrun --nproc-per-node 2 fsdp_cuda_graph.py --micro 4                 (2+ CUDA GPUs)
+      torchrun --nproc-per-node 2 fsdp_cuda_graph.py --whole-step              (2+ CUDA GPUs, the experiment)
       torchrun --nproc-per-node 2 fsdp_cuda_graph.py --micro 4 --device cpu    (gloo, no graph)
 """
 
@@ -68,13 +75,43 @@ def rel_grad_diff(a: MoETransformer, b: MoETransformer) -> float:
     return diff / max(q.grad.full_tensor().abs().max().item() for q in b.parameters())
 
 
+def whole_step(model: MoETransformer, batch: tuple[torch.Tensor, torch.Tensor], micro: int) -> dict[str, object]:
+    """The experiment: one whole FSDP2 microbatch (its hooks, side streams and all-gathers included) captured in
+    a CUDA graph and replayed; the gradients compared with the same microbatch run eagerly."""
+    x, y = (t.clone() for t in batch)
+
+    def step() -> None:
+        (model.loss(x, y)[0] / micro).backward()
+
+    def grads() -> list[torch.Tensor]:
+        return [q.grad.detach().clone() for q in unsharded_params(model).values()]
+
+    step()                                      # eager reference (and FSDP2's lazy init)
+    eager = grads()
+    model.zero_grad(set_to_none=False)
+    try:
+        graph = capture_step(step, warmup=2)
+        model.zero_grad(set_to_none=False)      # the warm-up and capture ran `step`: start from zero
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = grads()
+        diff = max((r - e).abs().max().item() for r, e in zip(replayed, eager, strict=True))
+        return {"outcome": "captured and replayed", "max_abs_grad_diff": diff}
+    except Exception as e:  # noqa: BLE001 - the error is the result of the experiment
+        return {"outcome": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cuda: nccl and a captured graph (default); cpu: gloo, the step run eagerly instead")
     p.add_argument("--micro", type=int, default=4, help="microbatches per optimizer step (>= 2)")
     p.add_argument("--windows", type=int, default=2, help="optimizer steps (>= 1); the graph is captured once")
+    p.add_argument("--whole-step", action="store_true",
+                   help="cuda only: try to capture a whole FSDP2 microbatch in a graph and report what happens")
     a = p.parse_args(argv)
+    if a.whole_step and a.device != "cuda":
+        p.error("--whole-step captures a CUDA graph: it needs --device cuda")
     if a.micro < 2:
         p.error(f"--micro must be >= 2 (microbatch 0 runs through FSDP2, the rest are replays), got {a.micro}")
     if a.windows < 1:
@@ -93,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     model.set_keep_unsharded_storage(True)     # the graph's parameter addresses survive reshard/unshard
     model.set_reshard_after_forward(False)     # microbatch 0's backward needs no re-gather
     static_x, static_y = (torch.zeros_like(t) for t in windows[0][0])
+    if a.whole_step:
+        report({"device": a.device, "whole_step": whole_step(model, windows[0][0], a.micro)})
+        shutdown()
+        return 0
     params: list[torch.nn.Parameter] = []
     bufs: list[torch.Tensor] = []
     ptrs: list[int] = []

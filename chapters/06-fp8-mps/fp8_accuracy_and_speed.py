@@ -15,8 +15,8 @@ Three measurements, printed as numbered sections:
 3. decode matmul time
     FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4 (the ratio the chapter quotes).
 
-Timings are medians of interleaved repetitions (`pt215.timing.interleaved_medians`, the device synchronized
-around each call); on CPU they use one thread. `--small` runs every section on fewer tokens and smaller shapes,
+Timings are medians of interleaved repetitions (`pt215.timing.interleaved_medians`); on a GPU or a Mac each
+sample is 20 back-to-back calls between two device synchronizations, on CPU one call and one thread. `--small` runs every section on fewer tokens and smaller shapes,
 to check the script, not to quote.
 """
 
@@ -32,6 +32,11 @@ from pt215 import fp8
 from pt215 import model as lm
 from pt215.moe import SeededMoE
 from pt215.timing import interleaved_medians
+
+
+def calls_per_sample(device: str) -> int:
+    """Back-to-back calls per timed sample: a device sync costs about as much as a small decode op."""
+    return 1 if device == "cpu" else 20
 
 
 def accuracy(windows: int = 8) -> None:
@@ -71,7 +76,7 @@ def grouped_vs_loop(device: str, reps: int, hidden: int = 512, inter: int = 1024
     x = torch.randn(4, hidden, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(device)
     with torch.no_grad():
         s = interleaved_medians({impl: (lambda impl=impl: layer(x, impl)) for impl in ("grouped", "loop", "fp8")},
-                                iters=reps, warmup=1, device=device)
+                                iters=reps, warmup=1, device=device, calls=calls_per_sample(device))
     t = {name: sec * 1e3 for name, sec in s.items()}  # ms
     print(f"2. MoE FFN step on {device}, 8 experts top-2, batch 4, hidden {hidden}, expert hidden {inter}, "
           f"median of {reps}:")
@@ -93,7 +98,7 @@ def decode_ratio(device: str, reps: int, sizes: Sequence[int] = (1024, 4096)) ->
             s = interleaved_medians({"bf16": lambda x=x, w=w16: x @ w.t(),
                                      "tensorwise": lambda x=x, q=qs["tensorwise"]: fp8.scaled_matmul(x, q),
                                      "rowwise": lambda x=x, q=qs["rowwise"]: fp8.scaled_matmul(x, q)},
-                                    iters=reps, warmup=1, device=device)
+                                    iters=reps, warmup=1, device=device, calls=calls_per_sample(device))
             t = {name: sec * 1e3 for name, sec in s.items()}  # ms
             print(f"   K=N={k:<5} M={m}  bf16 {t['bf16']:8.3f} ms | FP8 tensorwise {t['tensorwise']:8.3f} ms "
                   f"({t['tensorwise'] / t['bf16']:5.1f}x) | FP8 rowwise {t['rowwise']:8.3f} ms "

@@ -345,7 +345,22 @@ def _parser() -> argparse.ArgumentParser:
                    help="size of the copy-bandwidth measurement (default: the largest sweep size, "
                         "at least 128M so that caches do not serve it)")
     p.add_argument("--no-check", action="store_true", help="skip the per-size correctness check")
+    p.add_argument("--net-gbps", type=float, default=None,
+                   help="on GPUs across nodes: the network's peak, GB/s per direction per GPU (else unknown)")
     return p
+
+
+def _link(n: int, device: torch.device, net_gbps: float | None) -> dict | None:
+    """busbw's ceiling on GPUs (`pt215.links.link_peak`): NVLink/PCIe on one node, the network across nodes
+    (unknown unless `--net-gbps`); None on CPU, where the payload ceiling is the only one."""
+    if device.type != "cuda":
+        return None
+    from pt215 import links
+
+    try:
+        return links.link_peak(n, torch.cuda.get_device_capability(device), net_gbps=net_gbps).as_dict()
+    except (OSError, ValueError, IndexError) as e:  # no nvidia-smi, UUIDs in CUDA_VISIBLE_DEVICES, ...
+        return {"kind": "unknown", "GBps": None, "how": f"{type(e).__name__}: {e}"}
 
 
 def _join(backend: str) -> tuple[torch.device, bool]:
@@ -360,7 +375,10 @@ def _join(backend: str) -> tuple[torch.device, bool]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m pt215.bench`; a sweep of one collective (chapter 1.3)."""
-    a = _parser().parse_args(argv)
+    p = _parser()
+    a = p.parse_args(argv)
+    if a.net_gbps is not None and not a.net_gbps > 0:
+        p.error(f"--net-gbps must be a positive GB/s per direction, got {a.net_gbps}")
     sizes = size_sweep(a.min_bytes, a.max_bytes, a.factor)
     dtype = getattr(torch, a.dtype)
     device, joined = _join(a.backend)
@@ -371,8 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         copy_bytes = a.copy_bytes or max(max(sizes), COPY_MIN_DEFAULT)
         copy = mean_across_ranks(copy_bandwidth(copy_bytes, device=device), None, device) / GB
         ceiling = copy / 2  # n payload bytes moved = one copy of n bytes, which copy_bandwidth counts as 2n
+        link = _link(n, device, a.net_gbps)
         result = {"backend": str(dist.get_backend()), "world_size": n, "device": device.type,
-                  "copy_GBps": copy, "copy_bytes": copy_bytes, "payload_ceiling_GBps": ceiling,
+                  "copy_GBps": copy, "copy_bytes": copy_bytes, "payload_ceiling_GBps": ceiling, "link": link,
                   "rows": [r.as_dict() for r in rows]}
         if rank == 0:
             print(f"backend {result['backend']}, {n} rank(s), {device.type}, {a.dtype}, "
@@ -384,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 last = [r for r in rows if r.op == op][-1]
                 print(f"{op} busbw at {_human(last.nbytes)}: {last.busbw:.3f} GB/s = "
                       f"{last.busbw / ceiling:.1%} of the payload ceiling")
+                if link is not None:
+                    print(f"  = {last.busbw / link['GBps']:.1%} of the {link['kind']} peak ({link['how']})"
+                          if link["GBps"] else f"  link peak unknown: {link['how']}")
         report(result)
     finally:
         if joined:

@@ -1,4 +1,6 @@
-"""Sphinx extension for the book's website: a hardware badge and a "last verified" stamp on chapter pages.
+"""Sphinx extension for the book's website: a hardware badge and a "last verified" stamp on chapter pages,
+numbered figures, skipped hardware cells as notes, link previews (:mod:`pt215.book_html`) and the whole book as
+one download (`scripts/build_download.py`, run when the HTML build finishes).
 
 Both come from files, never typed into a page by hand:
 - the badge from the `pt215.needs` key in a page's front matter (notebook sources and chapter `index.md`);
@@ -120,10 +122,57 @@ def label_table_cells(body: str) -> str:
     return _TABLE.sub(one_table, body)
 
 
+_NOTEBOOK_NUMBER = re.compile(r"(?:^|/)(\d\d)-(\d+)-[^/]*$")
+
+
+def _page_meta(context: dict, body: str) -> str:
+    """A description and a preview image for link previews (the page's first paragraph and first figure)."""
+    from pt215.book_html import describe_page
+
+    title = html.escape(_TAG.sub("", html.unescape(str(context.get("title") or ""))), quote=True)
+    desc = html.escape(describe_page(body) or str(context.get("docstitle") or ""), quote=True)
+    fig = re.search(r'<figure class="pt215-figure".*?href="([^"]+\.png)"', body, re.S)
+    pathto = context.get("pathto")
+    image = fig.group(1) if fig else (pathto("_static/preview.png", 1) if pathto else "")
+    tags = [f'<meta name="description" content="{desc}" />', f'<meta property="og:title" content="{title}" />',
+            f'<meta property="og:description" content="{desc}" />', '<meta property="og:type" content="article" />',
+            '<meta name="twitter:card" content="summary_large_image" />']
+    if image:
+        tags.append(f'<meta property="og:image" content="{html.escape(image, quote=True)}" />')
+    return "\n".join(tags) + "\n"
+
+
+def _math_renderer(app):
+    """The build's MathJax-in-Node renderer (pt215.book_math), or None where node or its MathJax is missing (the
+    browser's MathJax then renders the TeX, as Sphinx set it up)."""
+    if not hasattr(app, "pt215_math"):
+        from pt215.book_math import MathRenderer
+
+        try:
+            app.pt215_math = MathRenderer(Path(app.srcdir) / "_vendor" / ".mathjax-node" / "es5")
+        except FileNotFoundError as e:
+            from sphinx.util import logging
+
+            logging.getLogger(__name__).info(f"pt215.book: math left to the browser's MathJax ({e})")
+            app.pt215_math = None
+    return app.pt215_math
+
+
 def _on_page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
     if "body" not in context:
         return
-    context["body"] = label_table_cells(_EMPTY_OUTPUT.sub("", context["body"]))
+    from pt215.book_html import break_names, number_figures, skipped_notes
+
+    renderer = _math_renderer(app)
+    if renderer is not None:
+        from pt215.book_math import render_math
+
+        context["body"] = render_math(context["body"], renderer)
+    m = _NOTEBOOK_NUMBER.search(pagename)
+    label = f"{int(m.group(1))}.{int(m.group(2))}" if m else ""
+    body = skipped_notes(_EMPTY_OUTPUT.sub("", context["body"]))
+    context["body"] = break_names(number_figures(label_table_cells(body), label))
+    context["metatags"] = str(context.get("metatags") or "") + _page_meta(context, context["body"])
     needs, stamps = page_stamp(Path(app.srcdir), pagename)
     badge = _badge_html(needs, stamps)
     if not badge:
@@ -133,9 +182,10 @@ def _on_page_context(app, pagename: str, templatename: str, context: dict, doctr
     context["body"] = body[: m.end()] + badge + body[m.end():] if m else badge + body
 
 
-# What a page needs, recognised in its rendered body (MathJax: Sphinx math nodes or TeX delimiters left in
-# notebook outputs; the widget manager: embedded ipywidgets state or views).
-_HAS_MATH = re.compile(r'class="math|\\\(|\\\[|\$\$')
+# What a page needs, recognised in its rendered body (MathJax: Sphinx math nodes not rendered to SVG at build
+# time by pt215.book_math, or TeX delimiters left in notebook outputs; the widget manager: embedded ipywidgets
+# state or views).
+_HAS_MATH = re.compile(r'class="math notranslate nohighlight(?![^"]*pt215-math)|\\\(|\\\[|\$\$')
 _HAS_WIDGETS = re.compile(r"application/vnd\.jupyter\.widget-(?:view|state)\+json")
 
 
@@ -225,9 +275,34 @@ def _launch_buttons_from_book_config(app, config) -> None:
 
     config.html_theme_options = configure_launch_buttons(config.html_theme_options or {},
                                                          read_book_config(Path(app.srcdir)))
+    # The theme's colour mode starts at "auto" (its default "" makes a first visit log "Got invalid theme mode: .").
+    config.html_context = {"default_mode": "auto", **(config.html_context or {})}
+
+
+DOWNLOAD = "_downloads/pytorch-2.15-in-practice.zip"
+"""Where the whole book's zip lies in the built site (linked from every page's header: _templates)."""
+
+
+def _build_download(app, exception) -> None:
+    """Write the whole book as one zip into the built site (scripts/build_download.py) when the HTML is done."""
+    if getattr(app, "pt215_math", None) is not None:
+        app.pt215_math.close()
+    if exception is not None or getattr(app.builder, "format", "") != "html":
+        return
+    import importlib.util
+
+    script = Path(app.srcdir) / "scripts" / "build_download.py"
+    spec = importlib.util.spec_from_file_location("build_download", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    target = Path(app.outdir) / DOWNLOAD
+    if module.ZIP_NAME != target.name:
+        raise RuntimeError(f"pt215.book: the header links {DOWNLOAD}, the script writes {module.ZIP_NAME}")
+    module.build(Path(app.srcdir), target.parent)
 
 
 def setup(app) -> dict[str, Any]:
+    app.connect("build-finished", _build_download)
     app.connect("config-inited", _launch_buttons_from_book_config)
     app.connect("doctree-read", _set_figure_alt)
     app.connect("config-inited", _keep_own_static_files, priority=400)

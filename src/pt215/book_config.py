@@ -72,22 +72,34 @@ def configure_launch_buttons(theme_options: dict[str, Any], cfg: BookConfig) -> 
 
 
 def setup_cell_source(install_source: str) -> str:
-    """The first code cell of every notebook: install pt215 when missing (one line of advice if that fails)."""
+    """The first code cell of every notebook: install pt215 when missing, from the wheel that comes with the book's
+    download (beside the notebook or up to two folders above it), else from `install_source`; one line of advice
+    if neither works."""
     return f'''{SETUP_CELL_MARKER} `pt215`. In a checkout of the book it is already installed and this
-# cell does nothing; in a notebook opened on its own (Colab, Binder, a download) it installs it first.
+# cell does nothing; in a notebook opened on its own it installs it first: from the wheel that comes with the
+# book's download (next to this notebook or up to two folders above it), else from the book's repository.
+import glob
 import importlib
 import importlib.util
 import subprocess
 import sys
 
 PT215_SOURCE = {install_source!r}  # set from _config.yml (repository.install)
-if importlib.util.find_spec("pt215") is None and PT215_SOURCE:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", PT215_SOURCE], check=False)
-    importlib.invalidate_caches()
+if importlib.util.find_spec("pt215") is None:
+    _wheels = sorted(glob.glob("pt215-*.whl") + glob.glob("../pt215-*.whl") + glob.glob("../../pt215-*.whl"))
+    _source = _wheels[-1] if _wheels else PT215_SOURCE
+    if _source:
+        _pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                               _source], capture_output=True, text=True)
+        if _pip.returncode:
+            print(_pip.stderr[-2000:])
+        importlib.invalidate_caches()
 if importlib.util.find_spec("pt215") is None:
     class MissingPt215(Exception):
         def _render_traceback_(self):  # IPython: show this one line, not a traceback
             return [str(self)]
 
-    raise MissingPt215("This notebook needs the book's helper package pt215: in a checkout of the book run "
-                       "`pip install -r requirements.txt -e .` (see Install and run), then restart the kernel.")'''
+    raise MissingPt215("This notebook needs the book's helper package pt215: open it from the book's download "
+                       "(the zip linked at the top of every page of the website, with the pt215 wheel in it), or in "
+                       "a checkout run `pip install -r requirements.txt -e .` (see Install and run), then restart "
+                       "the kernel.")'''

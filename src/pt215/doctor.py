@@ -6,6 +6,11 @@ adds is a `warn` or a `skip`. The exit code is 0 when nothing failed. `--json` p
 facilitator collecting them (machine summary + checks); `--upgrade` adds the environment checks of the
 "Upgrading a job to 2.15" chapter (`pt215.upgrade_checks`).
 
+Every failing line carries its cause: the exception a broken `import torch` raised, the last stderr line of
+the kernel interpreter that failed, the last stderr lines of the rank that failed the 4-rank gloo job.
+Memory and cores are the container's (cgroup v1 or v2 limits, CPU affinity) when they are smaller than the
+host's, as on a JupyterHub pod.
+
 Each check is a small function of its inputs (`check_torch(version, cuda, ...)`); the `probe_*` functions
 gather those inputs from this machine, so a test can fake any environment by replacing a probe.
 """
@@ -39,7 +44,9 @@ TORCH_WANTED = "2.15.0"
 PYTHON_MIN = (3, 11)
 WHEEL_CUDA = ("13.2", "13.4")  # the CUDA builds of torch 2.15.0 the book covers
 DISK_FAIL_GIB, DISK_WARN_GIB = 1.0, 5.0
-MEM_FAIL_GIB, MEM_WARN_GIB = 4.0, 8.0  # total memory; a 4-rank demo peaks near 4.6 GiB of summed RSS (hub sizing)
+MEM_FAIL_GIB, MEM_WARN_GIB = 4.0, 8.0  # total memory; the largest notebook's peak is in data/workshop/hub-sizing.json
+NPROC = 4  # ranks of the launch check: the chapters' multi-rank demos run 4
+LAUNCH = f"{NPROC}-rank gloo job"
 SECTION = "workshop/index"
 # The files the chapters read, relative to the book's data folder.
 BOOK_DATA = (
@@ -58,7 +65,7 @@ def check_python(version: tuple[int, int, int]) -> Check:
     if tuple(version[:2]) >= PYTHON_MIN:
         return Check("Python", "ok", text)
     return Check("Python", "fail", f"{text} is older than {PYTHON_MIN[0]}.{PYTHON_MIN[1]}",
-                 fix=f"install Python >= {PYTHON_MIN[0]}.{PYTHON_MIN[1]} and re-run scripts/setup.sh")
+                 fix=f"install Python >= {PYTHON_MIN[0]}.{PYTHON_MIN[1]} and re-run scripts/install.sh")
 
 
 def wheel_kind(cuda: str | None, hip: str | None, mps_built: bool) -> str:
@@ -70,10 +77,15 @@ def wheel_kind(cuda: str | None, hip: str | None, mps_built: bool) -> str:
     return "MPS" if mps_built else "CPU"
 
 
-def check_torch(version: str | None, cuda: str | None, hip: str | None = None, mps_built: bool = False) -> Check:
-    fix = f"pip install torch=={TORCH_WANTED} (in the book's .venv: bash scripts/setup.sh)"
+def check_torch(version: str | None, cuda: str | None, hip: str | None = None, mps_built: bool = False,
+                error: str = "") -> Check:
+    """`error`: what `import torch` raised when `version` is None (its cause goes on the line)."""
+    fix = f"pip install torch=={TORCH_WANTED} (participants: bash scripts/install.sh)"
     if version is None:
-        return Check("torch", "fail", "not importable", fix=fix)
+        if error and "No module named 'torch'" not in error:
+            return Check("torch", "fail", f"installed but `import torch` fails: {error}",
+                         fix=f"reinstall it: pip install --force-reinstall torch=={TORCH_WANTED}")
+        return Check("torch", "fail", "not importable" + (f": {error}" if error else ""), fix=fix)
     kind = wheel_kind(cuda, hip, mps_built)
     base = version.split("+")[0]
     if base != TORCH_WANTED:
@@ -157,17 +169,31 @@ def check_package(name: str, version: str | None, chapter: str, required: bool =
                  fix=f"pip install -r requirements.txt (pins {name})")
 
 
-def check_kernel(kernels: Sequence[tuple[str, bool]]) -> Check:
-    """`kernels`: (kernelspec name, its Python can import torch and pt215) for each Python kernelspec."""
-    good = [name for name, sees in kernels if sees]
+def check_kernel(kernels: Sequence[tuple[str, str | None]]) -> Check:
+    """`kernels`: (kernelspec name, None when its own interpreter imported torch and pt215, else the cause).
+
+    A kernelspec whose interpreter is missing fails the check even when another kernel works: Jupyter still
+    offers it, and a participant who picks it gets a kernel that dies at once."""
+    good = [name for name, cause in kernels if cause is None]
+    broken = [f"{name}: {cause}" for name, cause in kernels if cause is not None and _broken(cause)]
+    without = [f"{name}: {cause}" for name, cause in kernels if cause is not None and not _broken(cause)]
     fix = ("python -m ipykernel install --user --name pt215 --display-name 'Python (pt215)' "
            "(run with the .venv's python)")
+    if broken:
+        return Check("Jupyter kernel", "fail", "kernel " + "; ".join(broken),
+                     fix="remove it (jupyter kernelspec remove NAME) or reinstall it: " + fix)
+    if good and not without:
+        return Check("Jupyter kernel", "ok", f"{', '.join(good)} runs a Python that imports torch and pt215")
     if good:
-        return Check("Jupyter kernel", "ok", f"{', '.join(good)} runs a Python with torch and pt215")
+        return Check("Jupyter kernel", "warn", f"{', '.join(good)} imports torch and pt215, but "
+                     + "; ".join(without), fix=f"pick {good[0]} in Jupyter's kernel menu")
     if kernels:
-        names = ", ".join(name for name, _ in kernels)
-        return Check("Jupyter kernel", "fail", f"kernels {names} run a Python without torch or pt215", fix=fix)
+        return Check("Jupyter kernel", "fail", "no kernel imports torch and pt215: " + "; ".join(without), fix=fix)
     return Check("Jupyter kernel", "fail", "no Python kernelspec found", fix=fix)
+
+
+def _broken(cause: str) -> bool:
+    return any(s in cause for s in ("does not exist", "does not start", "empty argv"))
 
 
 def check_disk(free_gib: float) -> Check:
@@ -180,38 +206,89 @@ def check_disk(free_gib: float) -> Check:
     return Check("disk", "ok", text)
 
 
-def check_memory(total_gib: float, available_gib: float) -> Check:
-    text = f"{total_gib:.1f} GiB total, {available_gib:.1f} GiB available"
+def check_memory(total_gib: float, available_gib: float, limited_by: str = "") -> Check:
+    """`limited_by`: where the limit comes from when it is not the host's memory ("cgroup limit")."""
+    text = f"{total_gib:.1f} GiB total, {available_gib:.1f} GiB available" + (f" ({limited_by})" if limited_by else "")
     if total_gib < MEM_FAIL_GIB:
         return Check("memory", "fail", f"{text}; the 4-rank demos need {MEM_FAIL_GIB:g} GiB",
                      fix="use a machine (or hub profile) with more memory")
     if available_gib < MEM_FAIL_GIB or total_gib < MEM_WARN_GIB:
-        return Check("memory", "warn", f"{text}; close other programs before the 4-rank demos",
+        return Check("memory", "warn", f"{text}; close other programs and kernels before the 4-rank demos",
                      fix=f"free memory (aim for {MEM_WARN_GIB:g} GiB total)")
     return Check("memory", "ok", text)
 
 
-def check_cores(cores: int) -> Check:
+def check_cores(cores: float, limited_by: str = "") -> Check:
+    """`cores` this process may use (a cgroup CPU quota can make it fractional)."""
+    text = f"{cores:g}" + (f" ({limited_by})" if limited_by else "")
     if cores < 2:
-        return Check("CPU cores", "warn", f"{cores}: multi-rank demos run, slowly", fix="use a machine with 2+ cores")
-    return Check("CPU cores", "ok", str(cores))
+        return Check("CPU cores", "warn", f"{text}: the {NPROC}-rank demos run, slowly",
+                     fix="use a machine (or hub profile) with 2+ cores")
+    return Check("CPU cores", "ok", text)
+
+
+def check_fp8(problem: str | None) -> Check:
+    """`problem`: `pt215.fp8.cpu_fp8_matmul_problem()`, None when `torch._scaled_mm` runs on this CPU."""
+    if problem is None:
+        return Check("FP8 on CPU", "ok", "torch._scaled_mm runs on float8_e4m3fn CPU tensors (chapter 6)")
+    return Check("FP8 on CPU", "warn", f"{problem}: notebook 6.1 shows the reference path's result instead, and "
+                 "pt215.fp8.scaled_matmul falls back to it (dequantize + fp32 matmul)",
+                 fix="nothing to do for the notebooks; for FP8 kernels run chapter 6 on a GPU or a Mac, or on a CPU "
+                     "where oneDNN builds them")
+
+
+def check_cxx(outcome: tuple[bool, str] | None) -> Check:
+    """`outcome`: (compiles, first error) of a torch header compiled as C++20 (`probe_cxx`); None: no compiler."""
+    if outcome is None:
+        return Check("C++ compiler (chapter 9)", "warn", "no C++ compiler found (c++, g++ or $CXX)",
+                     fix="install one (Debian/Ubuntu: apt install g++; macOS: xcode-select --install) to build the "
+                         "chapter 9 extensions; every other chapter runs without it")
+    ok, error = outcome
+    if ok:
+        return Check("C++ compiler (chapter 9)", "ok", "compiles torch 2.15's headers as C++20")
+    return Check("C++ compiler (chapter 9)", "warn", f"cannot compile torch 2.15's headers as C++20: {error}",
+                 fix="use a compiler with C++20 support (GCC >= 10, Clang >= 12) and point CXX at it")
+
+
+def failure_cause(lines: Sequence[str], n: int = 2) -> str:
+    """The cause in a failed process's last output lines: the exception line of a traceback, else the last
+    `n` non-empty lines joined by ' | ' (gloo's `[enforce fail at FILE:LINE]` prefix removed)."""
+    text = [line.strip() for line in lines if line.strip()]
+    found = [line for line in text if _EXC_LINE.match(line)]
+    picked = [found[-1]] if found else text[-n:]
+    out = " | ".join(_ENFORCE.sub("", line) for line in picked)
+    return out or "(no output)"
+
+
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Timeout)\w*:")
+_ENFORCE = re.compile(r"\[enforce fail at [^\]]*\]\s*")
+
+
+def _launch_fix(cause: str) -> str:
+    m = re.search(r"Unable to find address for:?\s*(\S+)", cause)
+    if m:
+        return (f"GLOO_SOCKET_IFNAME={m.group(1)} names no network interface of this machine: unset it "
+                "(unset GLOO_SOCKET_IFNAME) or set it to one that `ip -br addr` lists, e.g. lo")
+    return "run chapters/00-before-you-start/00-1-environment and read its troubleshooting"
 
 
 def check_launch(outcome: dict) -> Check:
-    """`outcome` of the 2-rank gloo job: `error` (str) or `results` ({rank: report}), and `left` (processes)."""
+    """`outcome` of the 4-rank gloo job: `error` (str) with its `cause` (the failing rank's last stderr lines),
+    or `results` ({rank: report}); and `left` (processes left afterwards)."""
     left = outcome.get("left", 0)
-    fix = "run chapters/00-before-you-start/00-1-environment and read its troubleshooting"
     if outcome.get("error"):
-        return Check("2-rank gloo job", "fail", f"pt215.launch.run failed: {outcome['error']}", fix=fix)
+        cause = outcome.get("cause") or "(no output)"
+        return Check(LAUNCH, "fail", f"{outcome['error']}: {cause}", fix=_launch_fix(cause))
     results = outcome.get("results", {})
-    sums = {results.get(r, {}).get("sum") for r in (0, 1)}
-    if sums != {1.0}:
-        return Check("2-rank gloo job", "fail", f"ranks reported {results!r}; expected an all-reduce sum of 1.0",
-                     fix=fix)
+    want = float(sum(range(NPROC)))
+    sums = {results.get(r, {}).get("sum") for r in range(NPROC)}
+    if sums != {want}:
+        return Check(LAUNCH, "fail", f"ranks reported {results!r}; expected an all-reduce sum of {want:g}",
+                     fix=_launch_fix(""))
     if left:
-        return Check("2-rank gloo job", "fail", f"all-reduce ok but {left} process(es) left behind",
+        return Check(LAUNCH, "fail", f"all-reduce ok but {left} process(es) left behind",
                      fix="report it: pt215.launch.run must leave no process")
-    return Check("2-rank gloo job", "ok", "2 ranks all-reduced over gloo, reported back, no process left")
+    return Check(LAUNCH, "ok", f"{NPROC} ranks all-reduced over gloo, reported back, no process left")
 
 
 def check_data(missing: Sequence[str], folder: str) -> Check:
@@ -234,13 +311,14 @@ class Torch:
     nccl: str | None = None
     cudnn: str | None = None
     devices: tuple[tuple[str, str, float], ...] = ()
+    error: str = ""  # what `import torch` raised, when version is None
 
 
 def probe_torch() -> Torch:
     try:
         import torch
-    except ImportError:
-        return Torch(None)
+    except Exception as e:  # noqa: BLE001 - a broken install raises OSError, AttributeError, ... as well
+        return Torch(None, error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": "))
     from pt215 import hardware
 
     hw = hardware.report()
@@ -296,8 +374,32 @@ def _kernel_python(argv: Sequence[str]) -> str:
     return first
 
 
-def probe_kernels() -> list[tuple[str, bool]]:
-    """(name, sees torch and pt215) for each Python kernelspec jupyter_client finds."""
+_KERNEL_CODE = "import torch, pt215; print(torch.__version__)"
+
+
+def kernel_problem(argv: Sequence[str], env: dict | None = None, timeout: float = 120.0) -> str | None:
+    """Start a kernelspec's own interpreter (its `argv[0]`, with its `env`) and import torch and pt215 in it:
+    None when that works, else the cause (missing interpreter, or the last stderr line of the import)."""
+    exe = _kernel_python(argv)
+    if not exe:
+        return "its kernelspec has an empty argv"
+    found = shutil.which(exe) if os.sep not in exe and "/" not in exe else (exe if os.path.isfile(exe) else None)
+    if found is None:
+        return f"its interpreter {exe} does not exist"
+    try:
+        out = subprocess.run([found, "-c", _KERNEL_CODE], capture_output=True, text=True, timeout=timeout,
+                             env={**os.environ, **{str(k): str(v) for k, v in (env or {}).items()}})
+    except subprocess.TimeoutExpired:
+        return f"its interpreter {exe} did not import torch within {timeout:g} s"
+    except OSError as e:
+        return f"its interpreter {exe} does not start ({e.strerror or e})"
+    if out.returncode != 0:
+        return f"{exe} -c 'import torch, pt215' fails: {failure_cause(out.stderr.splitlines())}"
+    return None
+
+
+def probe_kernels() -> list[tuple[str, str | None]]:
+    """(name, None or the cause it fails) for each Python kernelspec jupyter_client finds."""
     try:
         from jupyter_client.kernelspec import KernelSpecManager
     except ImportError:
@@ -307,13 +409,7 @@ def probe_kernels() -> list[tuple[str, bool]]:
         spec = info.get("spec", {})
         if spec.get("language", "").lower() != "python":
             continue
-        exe = _kernel_python(spec.get("argv", []))
-        code = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') and u.find_spec('pt215') else 3)"
-        try:
-            ok = subprocess.run([exe, "-c", code], capture_output=True, timeout=60).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        out.append((name, ok))
+        out.append((name, kernel_problem(spec.get("argv", []), spec.get("env"))))
     return out
 
 
@@ -327,11 +423,138 @@ def probe_disk() -> float:
     return shutil.disk_usage(where).free / 2**30
 
 
-def probe_memory() -> tuple[float, float]:
+@dataclass(frozen=True)
+class Cgroup:
+    """Limits of this process's control group; None where there is none."""
+
+    memory_max: int | None = None    # bytes
+    memory_used: int | None = None   # bytes, without the reclaimable page cache
+    cpus: float | None = None        # CPU quota in cores
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if re.fullmatch(r"-?\d+", text) else None
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _inactive_file(stat: Path) -> int:
+    try:
+        for line in stat.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("inactive_file", "total_inactive_file"):
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def read_cgroup(proc_self_cgroup: str, root: Path = Path("/sys/fs/cgroup")) -> Cgroup:
+    """The memory and CPU limits of the cgroup named in `proc_self_cgroup` (the text of /proc/self/cgroup),
+    read under `root`, v2 (`0::/path`) or v1 (`N:memory:/path`, `N:cpu,cpuacct:/path`); the smallest limit
+    from the group up to the root counts. A container sees its own group at the root of `root`."""
+    paths: dict[str, str] = {}
+    for line in proc_self_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for ctrl in parts[1].split(",") if parts[1] else [""]:
+                paths[ctrl] = parts[2].strip("/")
+
+    def chain(base: Path, rel: str) -> list[Path]:
+        # the group and its parents; the group path as the host names it may not exist inside a container
+        here = base / rel if rel else base
+        out = [here, *[p for p in here.parents if base == p or base in p.parents]] if here.is_dir() else [base]
+        return [p for p in out if p.is_dir()]
+
+    mem_max: float | None = None
+    used: int | None = None
+    cpus: float | None = None
+    if "" in paths and (root / "cgroup.controllers").exists():  # v2
+        groups = chain(root, paths[""])
+        for g in groups:
+            mem_max = _min(mem_max, _read_int(g / "memory.max"))
+            try:
+                quota, period = (g / "cpu.max").read_text().split()[:2]
+                if quota != "max":
+                    cpus = _min(cpus, int(quota) / int(period))
+            except (OSError, ValueError):
+                pass
+        if groups and (cur := _read_int(groups[0] / "memory.current")) is not None:
+            used = max(0, cur - _inactive_file(groups[0] / "memory.stat"))
+    else:  # v1
+        mem_base = root / "memory"
+        if "memory" in paths and mem_base.is_dir():
+            groups = chain(mem_base, paths["memory"])
+            for g in groups:
+                limit = _read_int(g / "memory.limit_in_bytes")
+                if limit is not None and limit < 2**60:  # v1 writes a huge number for "no limit"
+                    mem_max = _min(mem_max, limit)
+            if groups and (cur := _read_int(groups[0] / "memory.usage_in_bytes")) is not None:
+                used = max(0, cur - _inactive_file(groups[0] / "memory.stat"))
+        cpu_base = next((root / n for n in ("cpu,cpuacct", "cpu") if (root / n).is_dir()), None)
+        if "cpu" in paths and cpu_base is not None:
+            for g in chain(cpu_base, paths["cpu"]):
+                quota, period = _read_int(g / "cpu.cfs_quota_us"), _read_int(g / "cpu.cfs_period_us")
+                if quota is not None and quota > 0 and period:
+                    cpus = _min(cpus, quota / period)
+    return Cgroup(int(mem_max) if mem_max is not None else None, used, cpus)
+
+
+def probe_cgroup() -> Cgroup:
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return Cgroup()
+    return read_cgroup(text)
+
+
+def effective_memory(host_total: float, host_available: float, cg: Cgroup) -> tuple[float, float, str]:
+    """(total, available, limited_by) in bytes: the cgroup's limit when it is below the host's memory."""
+    if cg.memory_max is None or cg.memory_max >= host_total:
+        return host_total, host_available, ""
+    avail = cg.memory_max - (cg.memory_used or 0)
+    return float(cg.memory_max), float(max(0.0, min(host_available, avail))), "cgroup limit"
+
+
+def effective_cores(host: int, affinity: int | None, cg: Cgroup) -> tuple[float, str]:
+    """(cores, limited_by): the smallest of the host's cores, the CPU affinity and the cgroup quota."""
+    cores: float = host
+    by = ""
+    if affinity is not None and affinity < cores:
+        cores, by = affinity, "CPU affinity"
+    if cg.cpus is not None and cg.cpus < cores:
+        cores, by = round(cg.cpus, 2), "cgroup CPU quota"
+    return cores, by
+
+
+def probe_memory() -> tuple[float, float, str]:
+    """(total GiB, available GiB, limited_by) for this process: the host's, or its cgroup's limit."""
     import psutil
 
     vm = psutil.virtual_memory()
-    return vm.total / 2**30, vm.available / 2**30
+    total, avail, by = effective_memory(float(vm.total), float(vm.available), probe_cgroup())
+    return total / 2**30, avail / 2**30, by
+
+
+def probe_cores() -> tuple[float, str]:
+    try:
+        affinity: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS and Windows have no sched_getaffinity
+        affinity = None
+    return effective_cores(os.cpu_count() or 1, affinity, probe_cgroup())
+
+
+def probe_fp8() -> str | None:
+    """`pt215.fp8.cpu_fp8_matmul_problem()`: None when torch._scaled_mm runs on this CPU, else why not."""
+    from pt215.fp8 import cpu_fp8_matmul_problem
+
+    return cpu_fp8_matmul_problem()
 
 
 _GLOO_SCRIPT = """\
@@ -347,18 +570,38 @@ shutdown()
 """
 
 
-def probe_launch(timeout: float = 90.0) -> dict:
-    """Run a 2-rank gloo all-reduce through `pt215.launch.run`; count processes left afterwards."""
-    from pt215.launch import LaunchError, run, running_processes
+def probe_cxx() -> tuple[bool, str] | None:
+    """Compile one torch header as C++20 with the system compiler (`pt215.native.syntax_check`); None: none found."""
+    from pt215.native import syntax_check
+
+    try:
+        r = syntax_check("#include <c10/util/Bitset.h>\nint main() { return 0; }\n")
+    except RuntimeError:
+        return None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"the compiler did not run ({type(e).__name__})"
+    return r.ok, r.first_error
+
+
+def probe_launch(timeout: float = 120.0, env: dict[str, str] | None = None) -> dict:
+    """Run a 4-rank gloo all-reduce through `pt215.launch.run`; count processes left afterwards. On a
+    failure, `error` says which rank failed and `cause` quotes its last stderr lines."""
+    from pt215.launch import LaunchError, LaunchTimeoutError, RankFailedError, run, running_processes
 
     folder = Path(tempfile.mkdtemp(prefix="pt215-doctor-"))
     script = folder / f"pt215_doctor_{uuid.uuid4().hex[:8]}.py"
     script.write_text(_GLOO_SCRIPT)
     try:
-        res = run(script, nproc=2, timeout=timeout, stream=False, show=False)
+        res = run(script, nproc=NPROC, timeout=timeout, env=env, stream=False, show=False)
         outcome: dict = {"results": res.results}
+    except RankFailedError as e:
+        code = "unknown" if e.exitcode is None else e.exitcode
+        outcome = {"error": f"rank {e.rank} failed (exit code {code})", "cause": failure_cause(e.last_output)}
+    except LaunchTimeoutError as e:
+        waiting = "; ".join(f"rank {r}: {failure_cause(lines, 1)}" for r, lines in sorted(e.last_output.items()))
+        outcome = {"error": f"did not finish within {timeout:g} s", "cause": waiting}
     except (LaunchError, OSError) as e:
-        outcome = {"error": str(e).splitlines()[0]}
+        outcome = {"error": type(e).__name__, "cause": failure_cause(str(e).splitlines())}
     finally:
         outcome_left = running_processes(script.name)
         shutil.rmtree(folder, ignore_errors=True)
@@ -383,13 +626,13 @@ def probe_data() -> list[str]:
 
 
 def collect(launch: bool = True) -> list[Check]:
-    """Every check, in the order they are printed. `launch=False` skips the 2-rank job."""
+    """Every check, in the order they are printed. `launch=False` skips the 4-rank job."""
     t = probe_torch()
     driver_cuda, driver = probe_driver()
     n = len(t.devices)
     checks = [
         check_python(tuple(sys.version_info[:3])),
-        check_torch(t.version, t.cuda, t.hip, t.mps_built),
+        check_torch(t.version, t.cuda, t.hip, t.mps_built, t.error),
         check_gpus(t.devices),
         check_driver(t.cuda, driver_cuda, driver, n),
         check_nccl(t.nccl, n),
@@ -398,15 +641,20 @@ def collect(launch: bool = True) -> list[Check]:
         check_package("nixl", probe_package("nixl"), "chapter 3"),
         check_package("torchao", probe_package("torchao"), "chapter 5 (the NVFP4 cross-check)"),
         check_kernel(probe_kernels()),
-        check_cores(os.cpu_count() or 1),
+        check_cores(*probe_cores()),
         check_memory(*probe_memory()),
         check_disk(probe_disk()),
         check_data(probe_data(), "data/"),
     ]
+    if t.version is not None:
+        checks.append(check_fp8(probe_fp8()))
+        checks.append(check_cxx(probe_cxx()))
+    else:
+        checks.append(Check("FP8 on CPU", "skip", "torch is not importable"))
     if launch and t.version is not None:
         checks.append(check_launch(probe_launch()))
     elif launch:
-        checks.append(Check("2-rank gloo job", "skip", "torch is not importable"))
+        checks.append(Check(LAUNCH, "skip", "torch is not importable"))
     return [c if c.section else Check(c.name, c.verdict, c.detail, c.fix, SECTION) for c in checks]
 
 
@@ -435,14 +683,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pt215.doctor", description=main.__doc__)
     p.add_argument("--json", action="store_true", help="print a JSON report (machine summary + checks)")
     p.add_argument("--upgrade", action="store_true", help="also run the 'Upgrading a job to 2.15' environment checks")
-    p.add_argument("--no-launch", action="store_true", help="skip the 2-rank gloo job")
+    p.add_argument("--no-launch", action="store_true", help=f"skip the {LAUNCH}")
     a = p.parse_args(argv)
     extra: list[Check] = []
     if a.upgrade:
         fn = _upgrade_checks()
         if fn is None:
             print("pt215.doctor --upgrade: the module pt215.upgrade_checks is not installed in this pt215; "
-                  "update the book (git pull) and re-run scripts/setup.sh", file=sys.stderr)
+                  "update the book (git pull) and re-run scripts/install.sh", file=sys.stderr)
             return 2
         extra = list(fn())
     checks = collect(launch=not a.no_launch) + extra

@@ -7,20 +7,24 @@ What is here:
 - `scaled_matmul`: `y = x @ w.T` with an FP8 weight, through `torch.nn.functional.scaled_mm` (the v2 API that
   CPU, CUDA and MPS all implement; `torch._scaled_mm` has no MPS kernel). `scaled_mm_path` says which path a
   device gets, and `cuda_layout_problems` lists what the CUDA kernels would reject.
+- `reference_scaled_mm`: the reference path (dequantize both operands, multiply in fp32), what torch's CPU
+  kernel computes; `scaled_matmul` takes it on a CPU whose kernels cannot build the FP8 matmul
+  (`cpu_fp8_matmul_problem`).
 - `quantize_experts`: stacked expert weights `(E, N, K)` quantized one expert at a time, for the FP8 experts
   of `pt215.moe` (routing, grouping and the expert matmuls live there).
 - `FP8Linear`, `fp8_model`: W8A8 FP8 (every GEMM through `scaled_mm`) versions of `pt215.model` models, the
   MoE blocks through `pt215.moe.MoEVariant("fp8")`.
 - `gemv_bytes`: the bytes a decode matmul moves at least, the byte model of the chapter's decode comparisons
-  (timed with `pt215.timing`, against `pt215.roofline.copy_bandwidth`).
+  (timed with `pt215.timing`, against `pt215.roofline.decode_floor_seconds`).
 
-On CPU the FP8 matmul is a slow reference path (10-100x slower than bf16): use it for accuracy and API shape,
-never as a speed-up.
+On CPU the FP8 matmul is a slow reference path (notebook 6.1 measures how much slower than bf16): use it for
+accuracy and API shape, never as a speed-up.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,12 +37,14 @@ __all__ = [
     "FP8Linear",
     "FP8Tensor",
     "Scaling",
+    "cpu_fp8_matmul_problem",
     "cuda_layout_problems",
     "fp8_grid",
     "fp8_model",
     "gemv_bytes",
     "quantize",
     "quantize_experts",
+    "reference_scaled_mm",
     "rel_error",
     "scaled_matmul",
     "scaled_mm_path",
@@ -167,6 +173,41 @@ def scaled_mm_path(device: torch.device | str) -> str:
     raise ValueError(f"device must be cpu, cuda or mps for FP8 matmul, got {dev.type!r}")
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_fp8_matmul_problem() -> str | None:
+    """Why this CPU cannot run an FP8 matmul (None: it can). Chapter 6; `pt215.doctor` warns with it.
+
+    On CPU, `torch._scaled_mm` calls oneDNN when torch sees AMX on the processor (upstream source), and oneDNN
+    builds its FP8 matmul only for some instruction sets: restricted below AMX (`ONEDNN_MAX_CPU_ISA=AVX2`) it
+    fails with "could not create a primitive descriptor for the matmul primitive". Tries `torch._scaled_mm`
+    and `F.scaled_mm` (tensorwise and rowwise) once on 16 x 32 operands and names every call that fails, in
+    one line; the answer is cached for the process (`cpu_fp8_matmul_problem.cache_clear()` forgets it).
+    """
+    e4 = torch.float8_e4m3fn
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(16, 32, generator=g).to(e4)
+    b = torch.randn(16, 32, generator=g).to(e4)
+    one = torch.tensor(1.0)
+    tw, rw = F.ScalingType.TensorWise, F.ScalingType.RowWise
+    calls = {
+        "torch._scaled_mm": lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16),
+        "F.scaled_mm tensorwise": lambda: F.scaled_mm(a, b.t(), one, tw, one, tw, output_dtype=torch.bfloat16),
+        "F.scaled_mm rowwise": lambda: F.scaled_mm(a, b.t(), torch.ones(16, 1), rw, torch.ones(1, 16), rw,
+                                                   output_dtype=torch.bfloat16),
+    }
+    failed: dict[str, str] = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except RuntimeError as exc:
+            failed[name] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if not failed:
+        return None
+    isa = str(torch.backends.cpu.get_cpu_capability())
+    verb = "fails" if len(failed) == 1 else "fail"
+    return f"{', '.join(failed)} {verb} on this CPU's kernels ({isa}): {next(iter(failed.values()))}"
+
+
 def cuda_layout_problems(mat_a: torch.Tensor, mat_b: torch.Tensor) -> list[str]:
     """The CUDA FP8 GEMM layout rules that `mat_a @ mat_b` breaks (empty list: none).
 
@@ -190,6 +231,37 @@ def cuda_layout_problems(mat_a: torch.Tensor, mat_b: torch.Tensor) -> list[str]:
 _RECIPE = {"tensorwise": F.ScalingType.TensorWise, "rowwise": F.ScalingType.RowWise}
 
 
+def reference_scaled_mm(
+    mat_a: torch.Tensor,
+    mat_b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """The FP8 matmul's reference path: dequantize both operands and multiply in fp32 (chapter 6).
+
+    Takes `F.scaled_mm`'s operands (`mat_a` (M, K) and `mat_b` (K, N) in FP8, fp32 scales: 1 element each, or
+    `(M, 1)` and `(1, N)`) and computes `(mat_a.float() * scale_a) @ (mat_b.float() * scale_b)`, plus `bias`,
+    cast to `out_dtype`: what torch's CPU kernel computes when it does not call oneDNN (upstream
+    `_scaled_mm_out_cpu_emulated`; on this book's CPUs the two agree bit for bit).
+    """
+    for name, t in (("mat_a", mat_a), ("mat_b", mat_b)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in FP8_DTYPES:
+            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a 2-D float8_e4m3fn or float8_e5m2 tensor, got {got}")
+    if mat_a.shape[1] != mat_b.shape[0]:
+        raise ValueError(f"mat_a and mat_b shapes cannot be multiplied: {tuple(mat_a.shape)} and {tuple(mat_b.shape)}")
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
+            raise ValueError(f"{name} must be a float32 tensor, got {getattr(s, 'dtype', type(s).__name__)}")
+    y = (mat_a.contiguous().float() * scale_a) @ (mat_b.contiguous().float() * scale_b)
+    if bias is not None:
+        y = y + bias
+    return y.to(out_dtype)
+
+
 def scaled_matmul(
     x: torch.Tensor,
     w: FP8Tensor,
@@ -204,7 +276,9 @@ def scaled_matmul(
     `F.scaled_mm(x8, w8.t(), sx, recipe, sw, recipe, output_dtype=out_dtype)` with rowwise scales shaped
     `(M, 1)` and `(1, N)`, contiguous, as CPU, CUDA and MPS all require. On CUDA, rowwise results are computed
     in bf16 (the only output its rowwise kernels support in general) and cast to `out_dtype`. On a CUDA GPU
-    older than sm_89 it dequantizes instead (see `scaled_mm_path`).
+    older than sm_89 it dequantizes instead (see `scaled_mm_path`). On a CPU whose kernels cannot build the FP8
+    matmul (`cpu_fp8_matmul_problem` is not None) a failing call gives the reference path's result
+    (`reference_scaled_mm`, what the CPU kernel computes elsewhere) instead of an error.
     """
     if not isinstance(w, FP8Tensor):
         raise TypeError(f"w must be an FP8Tensor from pt215.fp8.quantize, got {type(w).__name__}")
@@ -227,7 +301,12 @@ def scaled_matmul(
         # CUDA's rowwise kernels produce bf16 only (cuBLAS on sm_90 aside): compute bf16, then cast.
         y = F.scaled_mm(xq.data, w.data.t(), xq.scale, recipe, sw, recipe, bias=bias, output_dtype=torch.bfloat16)
         return y.to(out_dtype)
-    return F.scaled_mm(xq.data, w.data.t(), xq.scale, recipe, sw, recipe, bias=bias, output_dtype=out_dtype)
+    try:
+        return F.scaled_mm(xq.data, w.data.t(), xq.scale, recipe, sw, recipe, bias=bias, output_dtype=out_dtype)
+    except RuntimeError:
+        if x.device.type != "cpu" or cpu_fp8_matmul_problem() is None:
+            raise  # not this CPU's missing kernel: a real error
+    return reference_scaled_mm(xq.data, w.data.t(), xq.scale, sw, bias=bias, out_dtype=out_dtype)
 
 
 # ------------------------------------------------------------------------------------------ model surgery

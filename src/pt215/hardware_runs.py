@@ -9,7 +9,10 @@ nothing has. Fake-CUDA passes are named as such: they checked shapes and dtypes,
     :chapter: 5
     ```
 
-Without `:chapter:` the directive renders the matrix of every chapter (the landing page).
+Without `:chapter:` the directive covers every chapter (the landing page). Either way it starts with one
+summary line ("0 of 31 hardware paths have run on hardware; 7 checked on fake CUDA; 3 on CPU"); only paths
+that passed on the hardware they need (a recorded GPU or Apple GPU) are listed under "Run on hardware"; the
+rest, with what did run for them (fake CUDA, CPU, nothing), sit in a collapsed list, one line per path.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECORD_KEYS", "CHECK_KEYS", "load_records", "path_rows", "run_label", "setup", "validate_record"]
+__all__ = ["RECORD_KEYS", "CHECK_KEYS", "classify", "load_records", "need_words", "run_label", "setup",
+           "summary_line", "validate_record"]
 
 RECORD_KEYS = ("schema", "date", "command", "seconds", "machine", "checks")
 MACHINE_KEYS = ("torch", "cuda", "driver", "nccl", "cudnn", "python", "platform", "macos", "mps", "gpus", "summary")
 CHECK_KEYS = ("id", "chapter", "title", "needs", "status", "mode")
 STATUSES = ("passed", "failed", "skipped")
-NOTHING = "nothing has verified this path on hardware yet"
 
 
 def validate_record(rec: Any, name: str = "record") -> None:
@@ -46,8 +49,8 @@ def validate_record(rec: Any, name: str = "record") -> None:
     for g in m["gpus"]:
         if not (isinstance(g, dict) and str(g.get("capability", "")).startswith("sm_") and g.get("name")):
             raise ValueError(f"{name}: each GPU needs a name and an sm_NN capability, got {g!r}")
-    if not isinstance(rec["checks"], list) or not rec["checks"]:
-        raise ValueError(f"{name}: checks must be a non-empty list")
+    if not isinstance(rec["checks"], list) or not (rec["checks"] or isinstance(rec.get("boundary"), dict)):
+        raise ValueError(f"{name}: checks must be a non-empty list (or the record holds a boundary run)")
     for c in rec["checks"]:
         missing = [k for k in CHECK_KEYS if k not in c]
         if missing:
@@ -99,66 +102,94 @@ def run_label(rec: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def path_rows(paths: Sequence[Any], records: Sequence[tuple[str, dict[str, Any]]], chapter: int | None = None
-              ) -> list[tuple[str, str, str, list[str]]]:
-    """(id, title, needs, verdict lines) per gated path of `chapter` (all when None), from the records."""
-    rows = []
-    for p in paths:
-        if chapter is not None and p.chapter != chapter:
-            continue
-        lines = []
-        for _name, rec in records:
-            for c in rec["checks"]:
-                if c["id"] != p.id or c["status"] == "skipped":
-                    continue
-                if c["status"] == "failed":
-                    lines.append(f"FAILED on {run_label(rec)}: {c.get('reason', '')}")
-                elif c["mode"] != "real":
-                    lines.append(f"passed on {run_label(rec)} ({c['mode']})")
-                else:
-                    lines.append(f"passed on {run_label(rec)}")
-        if not any(ln.startswith("passed") and "fake CUDA" not in ln for ln in lines) and p.needs:
-            lines.append(NOTHING)
-        if not lines:
-            lines.append("no run recorded yet")
-        needs = ", ".join(p.needs) or "nothing (fake CUDA)"
-        rows.append((p.id, p.title, needs, lines))
-    return rows
+def need_words(needs: Sequence[str]) -> str:
+    """`("cuda>=2", "nccl")` -> "≥ 2 CUDA GPUs and NCCL with a CUDA GPU"; no needs -> "nothing (fake CUDA)"."""
+    from pt215.hardware import _describe
+
+    if not needs:
+        return "nothing (fake CUDA)"
+    return " and ".join(_describe(n).replace(">= ", "≥ ") for n in needs)
+
+
+def _accelerated(rec: dict[str, Any]) -> bool:
+    return bool(rec["machine"]["gpus"] or rec["machine"].get("mps"))
+
+
+def classify(p: Any, records: Sequence[tuple[str, dict[str, Any]]]) -> tuple[str, list[str]]:
+    """Where a gated path stands: "hardware" (passed on a recorded GPU or Apple GPU), "fake" (passed on fake
+    CUDA), "cpu" (passed on a machine without either), "failed", or "none"; and one line per recorded run."""
+    lines, kinds = [], set()
+    for _name, rec in records:
+        for c in rec["checks"]:
+            if c["id"] != p.id or c["status"] == "skipped":
+                continue
+            if c["status"] == "failed":
+                kinds.add("failed")
+                lines.append(f"FAILED on {run_label(rec)}: {c.get('reason', '')}")
+            elif c["mode"] != "real":
+                kinds.add("fake")
+                lines.append(f"checked on fake CUDA ({run_label(rec)}): shapes and dtypes, no kernel ran")
+            elif _accelerated(rec):
+                kinds.add("hardware")
+                lines.append(f"passed on {run_label(rec)}")
+            else:
+                kinds.add("cpu")
+                lines.append(f"passed on CPU ({run_label(rec)})")
+    kind = next((k for k in ("hardware", "failed", "cpu", "fake") if k in kinds), "none")
+    return kind, lines or ["nothing has run it yet"]
+
+
+def summary_line(paths: Sequence[Any], records: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """"0 of 31 hardware paths have run on hardware; 7 checked on fake CUDA; 3 on CPU"."""
+    kinds = [(bool(p.needs), classify(p, records)[0]) for p in paths]
+    hw = [k for needs, k in kinds if needs]
+    n_fake = sum(k == "fake" for _n, k in kinds)
+    failed = sum(k == "failed" for _n, k in kinds)
+    line = (f"{sum(k == 'hardware' for k in hw)} of {len(hw)} hardware paths have run on hardware; "
+            f"{n_fake} checked on fake CUDA; {sum(k == 'cpu' for k in hw)} on CPU")
+    return line + (f"; {failed} failed" if failed else "")
 
 
 # ------------------------------------------------------------------------------------------ the directive
 
 
-def _table(rows: list[tuple[str, str, str, list[str]]], with_chapter: bool):
+def _entries(paths: Sequence[Any], records: Sequence[tuple[str, dict[str, Any]]]):
+    """A bullet list, one item per path: its id, what it needs in words, and what ran (one line each)."""
     from docutils import nodes
 
-    heads = ["gated path", "needs", "recorded runs"]
-    table = nodes.table(classes=["pt215-hardware-runs"])
-    group = nodes.tgroup(cols=len(heads))
-    table += group
-    for width in (30, 15, 55):
-        group += nodes.colspec(colwidth=width)
-    thead = nodes.thead()
-    group += thead
-    row = nodes.row()
-    for h in heads:
-        row += nodes.entry("", nodes.paragraph(text=h))
-    thead += row
-    body = nodes.tbody()
-    group += body
-    for pid, title, needs, lines in rows:
-        row = nodes.row()
-        first = nodes.entry()
-        first += nodes.paragraph("", "", nodes.literal(text=pid))
-        first += nodes.paragraph(text=title)
-        row += first
-        row += nodes.entry("", nodes.paragraph(text=needs))
-        cell = nodes.entry()
-        for line in lines:
-            cell += nodes.paragraph(text=line)
-        row += cell
-        body += row
-    return table
+    items = nodes.bullet_list(classes=["pt215-hardware-runs"])
+    for p in paths:
+        _kind, lines = classify(p, records)
+        para = nodes.paragraph()
+        para += nodes.literal(text=p.id)
+        para += nodes.Text(f" ({need_words(p.needs)}): {'; '.join(lines)}. ")
+        para += nodes.emphasis(text=p.title)
+        items += nodes.list_item("", para)
+    return items
+
+
+def render(paths: Sequence[Any], records: Sequence[tuple[str, dict[str, Any]]]) -> list:
+    """The directive's nodes: the summary line, the paths run on hardware, the rest collapsed (a `<details>`
+    element, one line per path, so the list stays short on a phone)."""
+    from docutils import nodes
+
+    done = [p for p in paths if classify(p, records)[0] == "hardware"]
+    rest = [p for p in paths if p not in done]
+    out: list = [nodes.paragraph("", "", nodes.strong(text=summary_line(paths, records) + "."))]
+    head = nodes.paragraph()
+    head += nodes.strong(text=f"Run on hardware ({len(done)})")
+    head += nodes.Text(": none yet." if not done else "")
+    out.append(head)
+    if done:
+        out.append(_entries(done, records))
+    if rest:
+        out.append(nodes.raw("", f"<details class=\"pt215-hardware-runs\"><summary>Not run on the hardware they "
+                                 f"need ({len(rest)}): fake CUDA, CPU, or nothing yet</summary>", format="html"))
+        out.append(_entries(rest, records))
+        out.append(nodes.raw("", "</details>", format="html"))
+    return out
+
+
 
 
 def setup(app) -> dict[str, Any]:
@@ -179,7 +210,7 @@ def setup(app) -> dict[str, Any]:
                 env.note_dependency(str(f))
             records = load_records(folder)
             chapter = self.options.get("chapter")
-            return [_table(path_rows(PATHS, records, chapter), chapter is None)]
+            return render([p for p in PATHS if chapter is None or p.chapter == chapter], records)
 
     app.add_directive("hardware-runs", HardwareRuns)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

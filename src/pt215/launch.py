@@ -216,7 +216,8 @@ def _kill_all(root: subprocess.Popen, known: set[int]) -> int:
     if not alive:
         return 0
     first = len(alive)
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+    # Windows has no SIGKILL (os.kill with SIGTERM ends a process there); WSL2 is Linux and has both.
+    for sig, grace in ((signal.SIGTERM, 3.0), (getattr(signal, "SIGKILL", signal.SIGTERM), 5.0)):
         pids |= _descendants(root.pid)
         alive = {p for p in pids if _alive(p)}
         for p in alive:

@@ -8,6 +8,8 @@ sequence's KV cache once::
 
 ``W_fmt`` depends on the weight format (:data:`FORMATS`: bytes per element and scale overhead). Decode is
 *weight-bound* while ``W_fmt`` dominates ``bytes`` and ``bytes / BW`` dominates ``flops / PEAK``.
+:func:`decode_floor_seconds` is the book's one decode floor: a step's bytes divided by the *read* bandwidth
+(:func:`read_bandwidth`), since decode reads its weights and writes almost nothing.
 :func:`copy_bandwidth` (the book's byte convention), :func:`read_bandwidth`, :func:`measure_matmul_flops` and
 :func:`measure_decode` (the book's decode tokens/s) give the measured
 numbers to put next to the formulas -- always measure them in the same run (rule 5 of the book);
@@ -35,6 +37,7 @@ __all__ = [
     "decode_step_bytes",
     "decode_step_flops",
     "predicted_tokens_per_s",
+    "decode_floor_seconds",
     "copy_bandwidth",
     "copy_step",
     "read_step",
@@ -148,10 +151,30 @@ def decode_step_flops(cfg: ModelConfig, *, batch: int = 1, context: int = 0) -> 
     return 2 * p * batch + 4 * batch * context * cfg.n_layers * cfg.n_heads * cfg.head_dim
 
 
+def decode_floor_seconds(nbytes: float, bandwidth: float) -> float:
+    """The book's one decode floor (chapters 5, 6): ``nbytes / bandwidth`` seconds, the least time a memory-bound
+    step that reads ``nbytes`` can take.
+
+    ``bandwidth`` is the **read** bandwidth in bytes/s measured in the same run (:func:`read_bandwidth`, or the
+    ``"read_bw"`` of :func:`measure_decode_roofline`): decode reads its weights and KV cache and writes only a
+    few activations, so a copy's rate (:func:`copy_bandwidth`, read + write) is not its limit.
+    """
+    for name, v in (("nbytes", nbytes), ("bandwidth", bandwidth)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{name} must be a finite number, got {v!r}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth must be a positive number of bytes/s, got {bandwidth!r}")
+    return nbytes / bandwidth
+
+
 def predicted_tokens_per_s(step_bytes: float, step_flops: float, batch: int, bandwidth: float,
                            peak_flops: float = math.inf) -> float:
-    """Roofline ceiling on tokens/s: ``batch / max(bytes / bandwidth, flops / peak_flops)`` (bytes/s, FLOP/s)."""
-    return batch / max(step_bytes / bandwidth, step_flops / peak_flops)
+    """Roofline ceiling on tokens/s: ``batch / max(bytes / bandwidth, flops / peak_flops)`` (bytes/s, FLOP/s).
+
+    The bytes term is :func:`decode_floor_seconds`; pass the read bandwidth (:func:`read_bandwidth`)."""
+    return batch / max(decode_floor_seconds(step_bytes, bandwidth), step_flops / peak_flops)
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -167,9 +190,10 @@ def copy_bandwidth(nbytes: int = 256 * 2**20, *, device: torch.device | str = "c
 
     **The book's one byte convention:** a copy of ``nbytes`` reads ``nbytes`` and writes ``nbytes``, so it is
     counted as ``2 * nbytes`` of memory traffic -- as STREAM's Copy and CUDA's ``bandwidthTest`` count a
-    device-to-device copy. This is the figure to divide a decode step's bytes by (chapters 5, 6). A transfer
-    of ``n`` payload bytes is itself a copy, so its payload rate is bounded by ``copy_bandwidth() / 2``
-    (chapters 1, 3). On CPU use a buffer well above the last-level cache (the default is 256 MiB).
+    device-to-device copy. A transfer of ``n`` payload bytes is itself a copy, so its payload rate is bounded by
+    ``copy_bandwidth() / 2`` (chapters 1, 3). A decode step's floor uses the read bandwidth instead
+    (:func:`decode_floor_seconds`, :func:`read_bandwidth`). On CPU use a buffer well above the last-level
+    cache (the default is 256 MiB).
     """
     step = copy_step(nbytes, device=device)
     return 2 * nbytes / median_seconds(step, iters=_positive_int("iters", iters), warmup=warmup, device=device)

@@ -4,12 +4,18 @@
     python -m pt215.verify                         # run what this machine supports, skip the rest, print a table
     python -m pt215.verify --out run.json          # ... and write the JSON record (data/hardware-runs/README.md)
     python -m pt215.verify --only ch1.             # only the paths whose id contains "ch1."
+    python -m pt215.verify --only boundary         # only the run to the hardware boundary (below)
 
 Each path runs the code its notebook cell or chapter script runs (the script itself through `pt215.launch.run`,
 or the `pt215` function the cell calls) and asserts on the results. A path whose needs (`pt215.hardware`
 vocabulary) the machine does not meet is skipped with the reason. Paths marked fake CUDA run everywhere: the
 CUDA calls on FakeTensors (`pt215.fake_cuda`), shapes and dtypes checked, no kernel run. Exit code 1 if any
 check failed.
+
+Then, on any machine, the run to the boundary (`pt215.boundary`): every command a notebook cell launches
+(`pt215.launch.run("X.py", args=[...])`, read from the notebooks' code cells) runs as rank 0 on CPU through
+the script's argument checks and set-up, up to its first hardware call; a command that fails before it makes
+the exit code 1. `--skip-boundary` leaves it out; `--only` runs it only for `--only boundary`.
 """
 
 from __future__ import annotations
@@ -174,6 +180,22 @@ def ch1_busbw() -> Outcome:
     return Outcome(figures, limit)
 
 
+def ch1_window_put() -> Outcome:
+    """1.4's GPU cell: a put + signal through an NCCL2 window (`window_put.py`, 2 ranks)."""
+    res = _launch("01-collectives-nccl2", "window_put.py", 2, timeout=180).results
+    assert res[1].get("received_ok") is True, res
+    return Outcome({"nccl": res[0]["nccl"], "supports_window": res[0]["supports_window"], "received_ok": True})
+
+
+def ch1_time_estimate() -> Outcome:
+    """1.4's GPU cell: `_time_estimator` vs CUDA-event time of the same all_reduce (`time_estimate.py`)."""
+    r = _launch("01-collectives-nccl2", "time_estimate.py", _ngpu(), timeout=300).results[0]
+    sizes = {k: v for k, v in r.items() if k != "nccl"}
+    assert sizes and all(v["estimated_us"] > 0 and v["measured_us"] > 0 for v in sizes.values()), r
+    return Outcome({f"{int(k) >> 10} KiB": {"estimated_us": round(v["estimated_us"], 1),
+                                           "measured_us": round(v["measured_us"], 1)} for k, v in sizes.items()})
+
+
 # ------------------------------------------------------------------------------------------- chapter 2
 
 
@@ -200,6 +222,33 @@ def ch2_fr_autodump() -> Outcome:
 
 def ch2_fr_py_watchdog() -> Outcome:
     return _hang_nccl(["--py-watchdog"], None)
+
+
+def ch2_fr_legacy_py_watchdog() -> Outcome:
+    """`--py-watchdog` on the legacy ProcessGroupNCCL: the dumps come from `_dump_nccl_trace()`, not a ring."""
+    return _hang_nccl(["--py-watchdog"], {"TORCH_DIST_USE_NCCL2": "0"})
+
+
+def ch2_debug_server_nccl2() -> Outcome:
+    """2.5's GPU cell: NCCL2 marks itself unhealthy; the frontend's health round collects every rank's dump."""
+    from pt215.launch import LaunchError
+
+    n = _ngpu()
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes: dict[int, str] = {}
+        try:
+            res = _launch("02-flight-recorder", "debug_server.py", n, ["--dump-dir", tmp, "--backend", "nccl",
+                                                                      "--timeout", "10", "--stuck", "30"],
+                          timeout=180, env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"})
+            outcomes = {r: v["outcome"] for r, v in res.results.items()}
+        except LaunchError as e:
+            print(f"  (launch ended with {type(e).__name__})")
+        files = sorted(p.name for p in Path(tmp).glob("rank_*"))
+        health = " ".join(p.read_text(errors="replace") for p in (Path(tmp) / "periodic").glob("c10d_health_check_*"))
+        assert files == [f"rank_{r}" for r in range(n)], f"dump files: {files}"
+        assert "Unhealthy rank detected" in health, "no periodic health round saw the unhealthy backend"
+        assert all(o != "completed" for r, o in outcomes.items() if r != n - 1), outcomes
+        return Outcome({"dump files": files, "outcomes": outcomes})
 
 
 # ------------------------------------------------------------------------------------------- chapter 3
@@ -274,6 +323,13 @@ def ch4_fsdp_cuda_graph() -> Outcome:
         assert w["same_storage"] and w["rel_diff"] < 1e-3, w
     return Outcome({"rel_diff": [w["rel_diff"] for w in r["windows"]]},
                    "relative difference to plain FSDP2 accumulation < 1e-3")
+
+
+def ch4_fsdp_graph_whole_step() -> Outcome:
+    """The experiment: one whole FSDP2 microbatch captured in a CUDA graph. Passes when the script ran; the
+    record holds what happened (captured and replayed, with the gradient difference, or the error)."""
+    r = _launch("04-fsdp2-precision", "fsdp_cuda_graph.py", 2, ["--whole-step"], timeout=300).results[0]
+    return Outcome({"whole FSDP2 microbatch in a CUDA graph": r["whole_step"]})
 
 
 def _graph_twin(device: str):
@@ -398,8 +454,17 @@ def ch5_fake_scale_fold() -> dict:
     assert two_level["folded"] == 0 and "_scaled_mm_v2.default" in two_level["after"], two_level
     no_nvgemm = nvfp4.post_grad_scale_fold(nvfp4.scaled_mm_foldable, args, backends="ATEN,TRITON")
     assert no_nvgemm["folded"] == 0, no_nvgemm
+    torchao_form = nvfp4.post_grad_scale_fold(_torchao_nvfp4_mm, args)
+    assert torchao_form["folded"] == 0, torchao_form
     return {"foldable form": fold["after"], "two-level F.scaled_mm": two_level["after"],
-            "without NVGEMM": no_nvgemm["after"]}
+            "without NVGEMM": no_nvgemm["after"], "torchao 0.18 form (bf16 0-D scale)": torchao_form["after"]}
+
+
+def _torchao_nvfp4_mm(A, B, sa, sb, ga, gb):  # noqa: ANN001, ANN202, N803 - the operands of nvfp4.scaled_mm
+    """torchao 0.18's NVFP4 mm (`_addmm_nvfp4_dispatch`): `_scaled_mm(...)` in the input dtype, then
+    `result * scale_result.to(a.orig_dtype)`, a 0-D **bf16** scale for a bf16 model, which the fold's check
+    (a 0-D fp32 CUDA scale) rejects."""
+    return torch._scaled_mm(A, B.t(), sa, sb, out_dtype=torch.bfloat16) * (ga * gb).to(torch.bfloat16)
 
 
 def ch5_paged_attention() -> Outcome:
@@ -507,6 +572,43 @@ def ch6_mps_streams() -> Outcome:
     return Outcome({"streams": 2})
 
 
+def ch6_mps_record_stream() -> Outcome:
+    """6.3's first GPU cell: a tensor used on a side MPS stream, kept alive by `record_stream`."""
+    side = torch.mps.Stream()
+    x = torch.randn(2048, 2048, device="mps")
+    torch.mps.synchronize()
+    with torch.mps.stream(side):
+        y = x @ x
+    x.record_stream(side)
+    del x
+    z = torch.randn(2048, 2048, device="mps")
+    side.synchronize()
+    assert bool(torch.isfinite(y).all()) and tuple(z.shape) == (2048, 2048)
+    return Outcome({"side-stream result finite": True})
+
+
+def ch6_mps_kernels() -> Outcome:
+    """6.3's kernel cell: the release's MPS operations at its sizes (`pt215.mps_kernels`), median ms per call."""
+    from pt215.mps_kernels import release_cases
+    from pt215.timing import median_seconds
+
+    ms = {name: round(1e3 * median_seconds(fn, iters=iters, warmup=min(5, iters), device="mps", calls=calls), 4)
+          for name, (fn, iters, calls) in release_cases("mps").items()}
+    assert all(v > 0 for v in ms.values()), ms
+    return Outcome({"median ms per call": ms})
+
+
+def ch8_pipeline_nccl() -> Outcome:
+    """8.1's gated cell: the pipeline memory measurement on nccl, one GPU per rank, per-edge communicators."""
+    res = _launch("08-pipeline-parallelism", "pipeline_memory.py", 4, ["--backend", "nccl", "--per-edge"],
+                  timeout=300).results
+    peaks = {r: {str(run["budget"]): run["steps"][-1]["peak_bytes"] // 1024 for run in res[r]["runs"]}
+             for r in range(4)}
+    groups = {r: res[r]["per_edge"]["distinct_groups"] for r in range(4)}
+    assert all(v > 0 for p in peaks.values() for v in p.values()), peaks
+    return Outcome({"peak live KiB per rank and budget": peaks, "per-edge communicators per rank": groups})
+
+
 # ------------------------------------------------------------------------------------------- registry
 
 
@@ -535,10 +637,18 @@ PATHS: tuple[GatedPath, ...] = (
               ("cuda>=2", "nccl"), ch1_shrink_group),
     GatedPath("ch1.busbw", 1, "all_reduce busbw of nccl and nccl-legacy against the link's peak",
               f"{_C1}/bandwidth.py", ("cuda>=2", "nccl"), ch1_busbw),
+    GatedPath("ch1.window-put", 1, "a put + signal through an NCCL2 window (dist._new_window)",
+              f"{_C1}/window_put.py", ("cuda>=2", "nccl"), ch1_window_put),
+    GatedPath("ch1.time-estimate", 1, "dist._time_estimator vs the measured all_reduce time on NCCL2",
+              f"{_C1}/time_estimate.py", ("cuda>=2", "nccl"), ch1_time_estimate),
     GatedPath("ch2.fr-nccl-autodump", 2, "NCCL flight-recorder dumps on timeout from every rank",
               f"{_C2}/hang_lab.py", ("cuda>=2", "nccl"), ch2_fr_autodump),
     GatedPath("ch2.fr-nccl-py-watchdog", 2, "Python-watchdog dumps of the nccl2 ring buffer",
               f"{_C2}/hang_lab.py", ("cuda>=2", "nccl"), ch2_fr_py_watchdog),
+    GatedPath("ch2.fr-nccl-legacy-py-watchdog", 2, "Python-watchdog dumps of the legacy ProcessGroupNCCL's recorder",
+              f"{_C2}/hang_lab.py", ("cuda>=2", "nccl"), ch2_fr_legacy_py_watchdog),
+    GatedPath("ch2.debug-server-nccl2", 2, "the debug server's health round collects every rank's NCCL2 dump",
+              f"{_C2}/debug_server.py", ("cuda>=2", "nccl"), ch2_debug_server_nccl2),
     GatedPath("ch3.nixl-api-tour", 3, "NIXL one-sided reads and writes between two processes",
               f"{_C3}/api_tour.py", ("nixl",), ch3_api_tour),
     GatedPath("ch3.nixl-kv-migrate", 3, "an 8-layer KV cache pulled one-sided, bit-exact", f"{_C3}/kv_migrate.py",
@@ -549,6 +659,8 @@ PATHS: tuple[GatedPath, ...] = (
               f"{_C4}/fsdp_override.py", ("cuda>=2", "nccl"), ch4_fsdp_override),
     GatedPath("ch4.fsdp-cuda-graph", 4, "microbatches 1..N-1 replayed from a CUDA graph beside FSDP2, reduced once",
               f"{_C4}/fsdp_cuda_graph.py", ("cuda>=2", "nccl"), ch4_fsdp_cuda_graph),
+    GatedPath("ch4.fsdp-graph-whole-step", 4, "experiment: a whole FSDP2 microbatch in a CUDA graph (what happens)",
+              f"{_C4}/fsdp_cuda_graph.py", ("cuda>=2", "nccl"), ch4_fsdp_graph_whole_step),
     GatedPath("ch4.fake-graph-step", 4, "the captured accumulation step on fake CUDA (forward) and meta (step)",
               f"{_C4}/fsdp_cuda_graph.py", (), _fake(ch4_fake_graph_step), fake=True),
     GatedPath("ch5.nvfp4-scaled-mm", 5, "F.scaled_mm NVFP4 vs the dequantized reference",
@@ -571,6 +683,11 @@ PATHS: tuple[GatedPath, ...] = (
               f"{_C6}/06-2-moe-decode-streams.md", ("mps", "macos>=15"), ch6_moe_mps),
     GatedPath("ch6.mps-streams", 6, "two MPS streams give the same result", f"{_C6}/06-2-moe-decode-streams.md",
               ("mps", "macos>=15"), ch6_mps_streams),
+    GatedPath("ch6.mps-record-stream", 6, "a tensor used on a side MPS stream, kept alive by record_stream",
+              f"{_C6}/06-3-mps-record-stream-kernels.md", ("mps", "macos>=15"), ch6_mps_record_stream),
+    GatedPath("ch6.mps-kernels", 6, "the release's MPS operations at its sizes (gemv, 1-row softmax, upsample "
+              "backward, norms, QR) timed on MPS",
+              f"{_C6}/06-3-mps-record-stream-kernels.md", ("mps", "macos>=15"), ch6_mps_kernels),
     GatedPath("ch6.fake-fp8", 6, "FP8 scaled_mm tensorwise/rowwise on fake CUDA (pt215.fp8.scaled_matmul)",
               f"{_C6}/06-1-fp8-scaled-mm.md", (), _fake(fake_cuda.check_fp8_scaled_mm), fake=True),
     GatedPath("ch6.fake-scaled-mm-layout", 6, "torch._scaled_mm rejects a row-major mat2 on CUDA",
@@ -579,6 +696,9 @@ PATHS: tuple[GatedPath, ...] = (
               f"{_C6}/06-2-moe-decode-streams.md", (), _fake(fake_cuda.check_grouped_mm), fake=True),
     GatedPath("ch6.fake-no-host-sync", 6, "the FP8 decode path reads no device value per call",
               f"{_C6}/06-2-moe-decode-streams.md", (), _fake(fake_cuda.check_no_host_sync), fake=True),
+    GatedPath("ch8.pipeline-nccl", 8, "pipeline memory per send budget and per-edge communicators on nccl",
+              "chapters/08-pipeline-parallelism/08-1-memory-and-communicators.md", ("cuda>=4", "nccl"),
+              ch8_pipeline_nccl),
 )
 
 
@@ -660,7 +780,25 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def run_boundary(echo: bool = True) -> dict[str, Any]:
+    """The run to the hardware boundary of every launched command (`pt215.boundary`), as a record entry."""
+    from pt215 import boundary
+
+    outcomes = boundary.run_all(timeout=90)
+    failed = [o for o in outcomes if not o.ok]
+    if echo:
+        for o in failed:
+            print(boundary.format_outcome(o))
+        print(f"run to the boundary: {len(outcomes) - len(failed)} of {len(outcomes)} launched commands reach the "
+              f"hardware boundary on CPU or finish; {len(failed)} fail before it")
+    return {"commands": len(outcomes), "reached": sum(o.status == "boundary" for o in outcomes),
+            "finished": sum(o.status == "finished" for o in outcomes),
+            "failed": [{"where": o.command.where, "command": o.command.shell(), "detail": o.detail} for o in failed]}
+
+
 def _select(only: str | None) -> list[GatedPath]:
+    if only == "boundary":
+        return []
     paths = [p for p in PATHS if only is None or only in p.id]
     if not paths:
         raise SystemExit(f"--only {only!r} matches no gated path; see --list")
@@ -673,32 +811,46 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list", action="store_true", help="list every gated path with its chapter and needs")
     p.add_argument("--out", type=Path, help="write the JSON record of this run to this file")
-    p.add_argument("--only", help="run only the paths whose id contains this text (e.g. ch5. or fake)")
+    p.add_argument("--only", help="run only the paths whose id contains this text (e.g. ch5. or fake); "
+                                  "'boundary': only the run to the hardware boundary")
+    p.add_argument("--skip-boundary", action="store_true",
+                   help="leave out the run of every launched command to its first hardware call")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     paths = _select(a.only)
+    with_boundary = not a.skip_boundary and a.only in (None, "boundary")
     if a.list:
-        width = max(len(x.id) for x in paths)
+        width = max((len(x.id) for x in paths), default=0)
         for x in paths:
             needs = ", ".join(x.needs) or "nothing (fake CUDA)"
             print(f"{x.id:<{width}}  ch{x.chapter}  needs {needs:<20}  {x.title}")
         print(f"{len(paths)} gated paths")
+        if with_boundary:
+            from pt215.boundary import commands
+
+            print(f"and the run to the hardware boundary of {len(commands())} launched commands "
+                  "(python -m pt215.boundary --list)")
         return 0
     hw = hardware.report()
     print(f"pt215.verify on {hw.short()}, torch {hw.torch}", flush=True)
     started = _dt.datetime.now(_dt.UTC)
     clock = Stopwatch()
     rows = run_paths(paths, hw)
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
+    bound = run_boundary() if with_boundary else None
     if a.out is not None:
         record = {
             "schema": SCHEMA, "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "command": "python -m pt215.verify " + shlex.join(list(sys.argv[1:] if argv is None else argv)),
             "seconds": round(clock.seconds, 1), "machine": machine_record(hw), "checks": rows,
         }
+        if bound is not None:
+            record["boundary"] = bound
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(record, indent=1) + "\n")
         print(f"record written to {a.out.name}")
-    return 1 if any(r["status"] == "failed" for r in rows) else 0
+    failed = any(r["status"] == "failed" for r in rows) or bool(bound and bound["failed"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

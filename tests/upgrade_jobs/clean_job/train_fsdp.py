@@ -40,7 +40,7 @@ def build(model: torch.nn.Module, keep_fp32: set[int], **policy_kw) -> torch.nn.
 
 
 def main() -> None:
-    dist.init_process_group("nccl")
+    dist.init_process_group("nccl", device_id=torch.device("cuda", int(os.environ["LOCAL_RANK"])))
     torch.serialization.add_safe_globals([RunConfig])
     state = torch.load("init.pt", weights_only=True)
     model = build(state["model"], set())
