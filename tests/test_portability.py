@@ -18,7 +18,7 @@ from pt215.book_config import (
     setup_cell_source,
 )
 from pt215.book_files import BookFilesError, chapter_script, data_path
-from pt215.cpu_kernels import AVX2_ONLY, MARK, active_capability, kernel_value
+from pt215.cpu_kernels import AVX2_ONLY, active_capability
 
 ROOT = Path(__file__).resolve().parents[1]
 THEME = {"use_repository_button": True, "repository_url": "https://github.com/o/r",
@@ -90,39 +90,6 @@ def test_shipped_files_are_found_through_pt215():
         chapter_script("nope.py")
     with pytest.raises(ValueError, match="relative must be a path inside data/"):
         data_path("../secrets")
-
-
-def test_kernel_value_prints_the_marked_digits_and_checks_the_tolerance():
-    assert kernel_value(4.91163, ".4f", expected=4.9116, tol=0.005) == "≈4.9116" == MARK + "4.9116"
-    assert kernel_value(0.96094, ".1f", expected=0.9658, tol=0.01, percent=True) == "≈96.1 %"
-    assert kernel_value(1.5) == "≈1.5000"  # no check asked for: formatting only
-    with pytest.raises(AssertionError, match=r"ppl = 4\.93 is outside the expected 4\.9116 ± 0\.005"):
-        kernel_value(4.93, expected=4.9116, tol=0.005, name="ppl")
-
-
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"value": float("nan")}, "value must be a finite number"),
-    ({"value": True}, "value must be a finite number"),
-    ({"value": 1.0, "expected": 1.0}, "give expected and tol together"),
-    ({"value": 1.0, "expected": 1.0, "tol": -0.1}, "tol must be >= 0"),
-    ({"value": 1.0, "fmt": "d"}, "is not a float format spec"),
-])
-def test_kernel_value_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        kernel_value(**kwargs)
-
-
-def test_the_sanitizer_masks_exactly_the_marked_values():
-    import configparser
-    import re
-
-    cfg = configparser.RawConfigParser()
-    cfg.read(ROOT / "tests/sanitize.cfg", encoding="utf-8")
-    rule = cfg["cpu-kernel-values"]
-    mask = lambda text: re.sub(rule["regex"], rule["replace"], text)  # noqa: E731
-    assert mask(f"ppl {kernel_value(4.9116)} | agree {kernel_value(0.9658, '.1f', percent=True)}") == (
-        mask(f"ppl {kernel_value(4.9113)} | agree {kernel_value(0.9609, '.1f', percent=True)}"))
-    assert mask("perplexity 4.9055") == "perplexity 4.9055"  # unmarked digits are compared as printed
 
 
 def test_jupyterlab_is_installed():
