@@ -10,12 +10,16 @@ import importlib.util
 import os
 import platform
 import re
+import shutil
+import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-__all__ = ["CudaDevice", "HardwareReport", "report", "requires", "check", "sm_admits", "summary"]
+__all__ = ["CudaDevice", "HardwareReport", "report", "requires", "check", "sm_admits", "summary", "nvidia_smi",
+           "driver_version"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,25 @@ def report() -> HardwareReport:
         nixl=_importable("nixl"),
         torchao=_importable("torchao"),
     )
+
+
+def nvidia_smi(args: Sequence[str], timeout: float = 30.0) -> str | None:
+    """stdout of `nvidia-smi *args`, or None where it is absent, fails or times out (the one place it runs)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (`580.65.06`) from `nvidia-smi`, or None without one."""
+    out = nvidia_smi(["--query-gpu=driver_version", "--format=csv,noheader"])
+    lines = out.strip().splitlines() if out else []
+    return lines[0].strip() if lines else None
 
 
 def summary() -> str:
