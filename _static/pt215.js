@@ -1,4 +1,4 @@
-// The book's page script (see pt215.book): the search index (160 KB) loads only when a search field is used,
+// The book's page script (see pt215.site): the search index (160 KB) loads only when a search field is used,
 // and search results quote the page's text, not its title, print-only contents or hidden setup code.
 // (`Search` is searchtools.js' global, a `const`: it is not on `window`.)
 (() => {

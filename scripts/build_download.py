@@ -4,8 +4,8 @@ the `pt215` wheel and a short README, in one zip linked from every page's header
     .venv/bin/python scripts/build_download.py                 # writes _build/html/_downloads/<ZIP_NAME>
     .venv/bin/python scripts/build_download.py --out DIR
 
-The website build runs it (`pt215.book`, when the HTML build finishes), so README command 1 makes it. Each
-notebook's first cell is the setup cell of the current `_config.yml` (`pt215.book_config.setup_cell_source`): when
+The website build runs it (`pt215.site`, when the HTML build finishes), so README command 1 makes it. Each
+notebook's first cell is the setup cell of the current `_config.yml` (`pt215.site.config.setup_cell_source`): when
 `pt215` is missing it installs the wheel that lies at the top of the unpacked folder. The zip is reproducible (fixed
 timestamps) and cached under `_build/download-cache/` by the digest of its inputs.
 """
@@ -27,7 +27,7 @@ ZIP_NAME = "pytorch-2.15-in-practice.zip"
 TOP = "pytorch-2.15-in-practice"
 STAMP = (2026, 1, 1, 0, 0, 0)  # every member's date: same inputs, same bytes
 CHAPTER_FILES = ("[0-9]*.ipynb", "*.py", "*.txt")
-WHEEL_INPUTS = ("pyproject.toml", "src/pt215/*.py")
+WHEEL_INPUTS = ("pyproject.toml", "src/pt215/*.py", "src/pt215/*/*.py")
 
 README = """# PyTorch 2.15 in Practice: the notebooks
 
@@ -116,14 +116,14 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
 
 def read_install_source(root: Path) -> str:
     """What the setup cell installs pt215 from when no wheel lies beside the notebook (from `_config.yml`)."""
-    from pt215.book_config import read_book_config
+    from pt215.site.config import read_book_config
 
     return read_book_config(Path(root)).install_source
 
 
 def build(root: Path = ROOT, out_dir: Path | None = None) -> Path:
     """Write `out_dir/ZIP_NAME` (default `_build/html/_downloads/`) and return its path."""
-    from pt215.book_config import SETUP_CELL_MARKER, setup_cell_source
+    from pt215.site.config import SETUP_CELL_MARKER, setup_cell_source
 
     root = Path(root)
     out_dir = Path(out_dir) if out_dir else root / "_build" / "html" / "_downloads"

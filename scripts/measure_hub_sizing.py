@@ -19,7 +19,7 @@ data/workshop/hub-sizing.json, which the hub-sizing page renders. Nothing is wri
 With `--concurrent N`, each notebook is measured alone and then as N participants running it at the same time
 (N child processes of this script, each executing its own copy with its own kernel and scratch folder); the
 result, with the conditions (cores, load average before and after, available memory), goes to the `--out`
-file, which `pt215.agenda` reads for the run times of the agenda.
+file, which `pt215.site.agenda` reads for the run times of the agenda.
 """
 
 from __future__ import annotations

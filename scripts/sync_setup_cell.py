@@ -3,7 +3,7 @@
     .venv/bin/python scripts/sync_setup_cell.py            # after changing repository.url/install in _config.yml
     .venv/bin/python scripts/sync_setup_cell.py --check    # exit 1 if a notebook's first code cell is out of date
 
-The cell's text comes from `pt215.book_config.setup_cell_source` and `_config.yml`; it is written into both the
+The cell's text comes from `pt215.site.config.setup_cell_source` and `_config.yml`; it is written into both the
 MyST source (.md) and the reference notebook (.ipynb, with no output: the cell prints nothing when pt215 is
 installed), so no notebook needs re-executing.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from pt215.book_config import SETUP_CELL_MARKER, read_book_config, setup_cell_source
+from pt215.site.config import SETUP_CELL_MARKER, read_book_config, setup_cell_source
 
 ROOT = Path(__file__).resolve().parents[1]
 TAGS = ["hide-input"]

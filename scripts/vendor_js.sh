@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the three browser libraries the website loads at view time (MathJax, require.js, the Jupyter widget
 # manager) from the npm registry at pinned versions into _vendor/, so the site works offline. MathJax's Node
-# build goes to _vendor/.mathjax-node/ (a dot folder: Sphinx does not copy it into the site): pt215.book_math
+# build goes to _vendor/.mathjax-node/ (a dot folder: Sphinx does not copy it into the site): pt215.site.math_svg
 # renders the book's math to SVG with it when the site is built, so pages load no MathJax at all.
 # Not committed (megabytes); run by the README's setup command. Needs npm.
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""`pt215.agenda` (Running a workshop): the timetable generated from the notebooks, the measured run times with
+"""`pt215.site.agenda` (Running a workshop): the timetable generated from the notebooks, the measured run times with
 N participants at once, and the facilitator notes."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pt215 import agenda
-from pt215.agenda import (
+from pt215.site import agenda
+from pt215.site.agenda import (
     BUFFER_MIN,
     CUTS,
     Chapter,

@@ -167,3 +167,23 @@ def test_two_rank_sweep_through_launch(tmp_path: Path):
             assert row["correct"], row
             assert math.isclose(row["busbw"], row["algbw"] * bus_factor(row["op"], 2))
     assert res.results[0]["rows"] == res.results[1]["rows"]  # time is averaged across ranks
+
+
+def test_link_ceiling_without_nvidia_smi_is_unknown_with_the_reason(monkeypatch):
+    """busbw's ceiling comes from `pt215.links`, which asks `nvidia-smi` through `pt215.hardware.nvidia_smi`:
+    absent or failing, `link_peak` raises FileNotFoundError and the benchmark reports the ceiling as unknown."""
+    import torch
+
+    from pt215 import links
+
+    monkeypatch.setattr(links, "nvidia_smi", lambda args, timeout=30.0: None)
+    with pytest.raises(FileNotFoundError, match="pass topo= and pcie_gen="):
+        links.link_peak(2, (9, 0), local=2, visible="")
+    monkeypatch.setattr(links, "nvidia_smi", lambda args, timeout=30.0: "GPU0 X PIX\nGPU1 PIX X\n" if "topo" in args
+                        else "N/A\n")
+    with pytest.raises(ValueError, match="pcie_gen="):
+        links.link_peak(2, (9, 0), local=2, visible="")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    link = bench._link(2, torch.device("cuda", 0), None)
+    assert link is not None and link["kind"] == "unknown" and link["GBps"] is None and "ValueError" in link["how"]
+    assert bench._link(2, torch.device("cpu"), None) is None

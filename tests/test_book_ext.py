@@ -1,11 +1,21 @@
-"""pt215.book: the hardware badge and "last verified" stamp come from files, not hand-typed text."""
+"""pt215.site, the website's code: the hardware badge and "last verified" stamp come from files, not hand-typed
+text; what the build does to a page's HTML; and the package stays the website's own (no reader module imports
+it, importing it imports no torch)."""
 
 from __future__ import annotations
 
+import ast
+import base64
+import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from pt215.book import _badge_html, page_stamp, read_front_matter
+from pt215.site.extension import figure_alt_texts, label_table_cells
+from pt215.site.stamps import Stamp, badge_html, page_stamp, read_front_matter, stamp_line
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "pt215"
 
 
 def write_nb(path: Path, meta: dict) -> None:
@@ -20,17 +30,29 @@ def test_page_stamps(tmp_path):
     write_nb(ch / "01-a.ipynb", {"needs": "CPU", "verified": v})
     assert read_front_matter(ch / "index.md") == {"pt215": {"needs": "CPU: all"}}
     needs, stamps = page_stamp(tmp_path, "chapters/09-x/index")
-    assert needs == "CPU: all" and stamps == ["01-a: torch 2.15.0 · CPU x86_64, 2 cores, no CUDA GPU · 2026-11-29"]
+    assert needs == "CPU: all" and stamps == [Stamp("01-a", "2.15.0", "CPU x86_64, 2 cores, no CUDA GPU", "2026-11-29")]
+    assert stamps[0].text() == "01-a: torch 2.15.0 · CPU x86_64, 2 cores, no CUDA GPU · 2026-11-29"
     needs, stamps = page_stamp(tmp_path, "chapters/09-x/01-a")
-    assert needs == "CPU" and len(stamps) == 1
+    assert needs == "CPU" and stamps == [Stamp(None, "2.15.0", "CPU x86_64, 2 cores, no CUDA GPU", "2026-11-29")]
     assert page_stamp(tmp_path, "intro") == (None, [])
-    html = _badge_html("a < b", ["s"])
-    assert "a &lt; b" in html and "Last verified: s" in html
-    assert _badge_html(None, []) == ""
+    html = badge_html("a < b", [Stamp(None, "2.15.0", "CPU: x < y", "d")])
+    assert "a &lt; b" in html and "Last verified: torch 2.15.0 · CPU: x &lt; y · d" in html
+    assert badge_html(None, []) == ""
+
+
+def test_chapter_stamps_collapse_when_they_agree():
+    same = [Stamp("01-a", "2.15.0", "CPU x86_64", "2026-11-29"), Stamp("02-b", "2.15.0", "CPU x86_64", "2026-12-01")]
+    assert stamp_line(same) == "torch 2.15.0 · CPU x86_64 · 2026-11-29 to 2026-12-01"
+    assert stamp_line(same[:1]) == "torch 2.15.0 · CPU x86_64 · 2026-11-29"
+    differ = [Stamp("01-a", "2.15.0", "CPU", "d"), Stamp("02-b", "2.14.0", "CPU", "d")]
+    assert stamp_line(differ) is None
+    html = badge_html(None, differ)
+    assert "01-a: torch 2.15.0 · CPU · d<br>02-b: torch 2.14.0 · CPU · d" in html
+    assert Stamp.from_metadata({"torch": "2.15.0"}, "01-a").text() == "01-a: torch 2.15.0 · ? · ?"
 
 
 def test_empty_live_output_placeholders_are_dropped():
-    from pt215.book import _EMPTY_OUTPUT
+    from pt215.site.extension import _EMPTY_OUTPUT
 
     head = '<div class="output text_plain highlight-myst-ansi notranslate"><div class="highlight"><pre><span></span>'
     empty = head + "\n</pre></div>\n</div>\n"
@@ -39,7 +61,7 @@ def test_empty_live_output_placeholders_are_dropped():
 
 
 def test_figures_are_numbered_and_captioned():
-    from pt215.book_html import number_figures
+    from pt215.site.page_html import number_figures
 
     img = ('<a class="reference internal image-reference" href="../../_images/ab.png"><img alt="Busbw against message '
            'size for four ranks" src="../../_images/ab.png" style="width: 760px;" />\n</a>')
@@ -51,7 +73,7 @@ def test_figures_are_numbered_and_captioned():
 
 
 def test_skipped_lines_become_notes_and_expected_values_say_so():
-    from pt215.book_html import skipped_notes
+    from pt215.site.page_html import skipped_notes
 
     head = '<div class="output stream highlight-myst-ansi notranslate"><div class="highlight"><pre><span></span>'
     line = ("[skipped] needs a CUDA GPU; this machine has no CUDA GPU. This cell would have shown varlen_attn vs the "
@@ -72,7 +94,7 @@ def test_skipped_lines_become_notes_and_expected_values_say_so():
 
 
 def test_code_names_break_only_after_separators():
-    from pt215.book_html import break_names
+    from pt215.site.page_html import break_names
 
     out = break_names('<span class="pre">TORCH_FR_BUFFER_SIZE</span> <span class="pre">short_name</span>')
     assert out.startswith('<span class="pre">TORCH_<wbr>FR_<wbr>BUFFER_<wbr>SIZE</span>')
@@ -81,7 +103,7 @@ def test_code_names_break_only_after_separators():
 
 
 def test_page_description_is_the_first_real_paragraph():
-    from pt215.book_html import describe_page
+    from pt215.site.page_html import describe_page
 
     body = "<h1>T</h1><p>Short.</p><p>The fifth lab case runs on <code>4</code> ranks arranged in two pairs.</p>"
     assert describe_page(body) == "The fifth lab case runs on 4 ranks arranged in two pairs."
@@ -95,7 +117,7 @@ def test_math_is_rendered_to_svg_at_build_time():
 
     import pytest
 
-    from pt215.book_math import MathRenderer, render_math
+    from pt215.site.math_svg import MathRenderer, render_math
 
     es5 = Path(__file__).resolve().parents[1] / "_vendor" / ".mathjax-node" / "es5"
     if not shutil.which("node") or not es5.is_dir():
@@ -114,7 +136,54 @@ def test_math_is_rendered_to_svg_at_build_time():
 
 
 def test_mathjax_only_where_math_is_left_to_the_browser():
-    from pt215.book import _HAS_MATH
+    from pt215.site.extension import _HAS_MATH
 
     assert _HAS_MATH.search('<span class="math notranslate nohighlight">\\(x\\)</span>')
     assert not _HAS_MATH.search('<span class="math notranslate nohighlight pt215-math"><mjx-container>')
+
+
+def test_alt_texts_come_from_output_metadata(tmp_path):
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 30
+    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "display_data",
+          "data": {"image/png": base64.b64encode(png).decode(), "text/plain": "A line rising to 2."},
+          "metadata": {"image/png": {"alt": "A line rising to 2.", "width": "480px"}}}]}]}
+    path = tmp_path / "01-x.ipynb"
+    path.write_text(json.dumps(nb))
+    assert figure_alt_texts(path) == {hashlib.sha256(png).hexdigest(): "A line rising to 2."}
+
+
+def test_table_cells_get_their_column_label():
+    t = ('<table class="table"><thead><tr><th class="head"><p>A &amp; b</p></th><th class="head"><p>B</p></th>'
+         '</tr></thead><tbody><tr class="row-even"><td><p>1</p></td><td><p>2</p></td></tr></tbody></table>')
+    out = label_table_cells(t)
+    assert '<td data-label="A &amp; b"><p>1</p></td><td data-label="B"><p>2</p></td>' in out
+    assert label_table_cells("<table><tbody><tr><td>x</td></tr></tbody></table>").count("data-label") == 0
+
+
+
+# ------------------------------------------------------------------------------- the package is the website's
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def test_no_reader_module_imports_the_website_package():
+    readers = sorted(SRC.glob("*.py"))
+    assert len(readers) > 20
+    offenders = {p.name: sorted(n for n in _imports(p) if n == "pt215.site" or n.startswith("pt215.site."))
+                 for p in readers}
+    assert not {k: v for k, v in offenders.items() if v}, offenders
+
+
+def test_importing_the_website_package_imports_no_torch():
+    code = "import pt215.site, pt215.site.hardware_runs, sys; assert 'torch' not in sys.modules, 'torch imported'"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

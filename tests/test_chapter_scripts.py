@@ -1,86 +1,58 @@
-"""Every chapter script is a standalone program with `main(argv=None)`, and each CPU one runs small here.
+"""Every chapter script is a standalone program with `main(argv=None)`, and each CPU one runs somewhere in the suite.
 
-A script is imported without side effects (everything happens in `main`), started as torchrun starts it
-(`python -m pt215.launch` semantics through `pt215.launch.run`), and must exit 0 within its timeout. The
-small arguments below are the quickest run that still goes through the script's whole `main`; the notebooks
-run the full-size versions. Scripts that need a GPU are listed with the reason instead, and run in
-`python -m pt215.verify` where the hardware exists.
+A script is imported without side effects (everything happens in `main`). A script a notebook launches on CPU
+runs there, at full size, when nbval executes the notebook; it is not launched a second time here. Every other
+CPU script runs small here: a single-rank one in this process (its `main` imported and called, as a reader's
+test would), a multi-rank one as torchrun starts it (`pt215.launch.run`), and must finish within its timeout.
+Scripts that need a GPU are listed with the reason instead, and run in `python -m pt215.verify` where the
+hardware exists.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pt215 import boundary
+from pt215.book_files import chapter_script
 from pt215.launch import run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p for p in ROOT.glob("chapters/*/*.py") if p.name != "conftest.py")
 
-# script (relative to chapters/): (ranks, small arguments, timeout in seconds)
-# ---- chapter 0
-CH0 = {
-    "00-before-you-start/hello.py": (2, [], 120),
-}
-# ---- chapter 1
-CH1: dict[str, tuple[int, list[str], int]] = {
-    "01-collectives-nccl2/collectives.py": (4, [], 120),
+# script (relative to chapters/): (ranks, small arguments, timeout in seconds) for the scripts no notebook
+# launches on CPU; ranks 1 runs in this process
+SMALL: dict[str, tuple[int, list[str], int]] = {
     "01-collectives-nccl2/resolve_backend.py": (1, [], 60),
-    "01-collectives-nccl2/eager_init.py": (2, ["--lazy"], 60),
-    "01-collectives-nccl2/nccl_only.py": (2, [], 60),
-    "01-collectives-nccl2/reconfigure.py": (3, [], 90),
-    "01-collectives-nccl2/bandwidth.py": (2, ["-b", "4K", "-e", "16K", "-w", "1", "-n", "2", "--copy-bytes", "64K",
-                                              "--rounds", "2"], 90),
-}
-# ---- chapter 2
-CH2: dict[str, tuple[int, list[str], int]] = {
-    "02-flight-recorder/fr_env_probe.py": (1, ["--root", ".", "--ops", "2"], 120),
-    "02-flight-recorder/fr_overhead.py": (2, ["--iters", "10", "--sizes", "16"], 120),
-    "02-flight-recorder/hang_lab.py": (3, ["--case", "healthy", "--dump-dir", "dumps"], 120),
-}
-# ---- chapter 3
-CH3: dict[str, tuple[int, list[str], int]] = {
-    "03-nixl-transfers/api_tour.py": (2, ["--store", "tcp"], 120),
-    "03-nixl-transfers/failures.py": (2, ["--case", "timeout"], 120),
-    "03-nixl-transfers/kv_migrate.py": (2, ["--layers", "2", "--heads", "2", "--head-dim", "8", "--seq", "16"], 120),
-    "03-nixl-transfers/transfer_sweep.py": (
-        2, ["--min-kib", "4", "--max-mib", "1", "--step", "16", "--budget-mib", "1"], 120),
-}
-# ---- chapter 4
-CH4: dict[str, tuple[int, list[str], int]] = {
-    "04-fsdp2-precision/fsdp_accum_dcp.py": (2, ["--micro", "2"], 150),
+    "01-collectives-nccl2/eager_init.py": (2, ["--lazy"], 60),  # 1.2 launches it on nccl only
     "04-fsdp2-precision/dcp_cross_version.py": (1, ["write", "ckpt"], 60),
-    "04-fsdp2-precision/fsdp_async_pipeline.py": (2, ["--micro", "1"], 150),
-    "04-fsdp2-precision/fsdp_cuda_graph.py": (2, ["--device", "cpu", "--micro", "2", "--windows", "1"], 150),
-    "04-fsdp2-precision/fsdp_experiment.py": (2, ["--steps", "2"], 150),
-    "04-fsdp2-precision/fsdp_override.py": (2, [], 150),
-}
-# ---- chapter 5
-CH5: dict[str, tuple[int, list[str], int]] = {
     "05-nvfp4-decoding/nvfp4_quality_and_decode.py": (
         1, ["--rows", "64", "--windows", "2", "--layers", "1", "--iters", "2", "--bandwidth-mib", "8"], 120),
     "05-nvfp4-decoding/train_lm.py": (
         1, ["--steps", "3", "--batch", "2", "--seq-len", "32", "--eval-bytes", "2049", "--out", "lm.pt"], 120),
-}
-# ---- chapter 6
-CH6: dict[str, tuple[int, list[str], int]] = {
     "06-fp8-mps/fp8_accuracy_and_speed.py": (1, ["--small"], 120),
 }
-# ---- chapter 7
-CH7: dict[str, tuple[int, list[str], int]] = {
-    "07-upgrading/reduce_dtype_probe.py": (2, [], 150),
-}
 
-# ---- chapter 8
-CH8: dict[str, tuple[int, list[str], int]] = {
-    "08-pipeline-parallelism/pipeline_memory.py": (
-        4, ["--budgets", "1", "--microbatches", "4", "--mb-rows", "2", "--dim", "8", "--steps", "1", "--per-edge"],
-        180),
-}
 
-SMALL = {**CH0, **CH1, **CH2, **CH3, **CH4, **CH5, **CH6, **CH7, **CH8}
+def _launched_on_cpu() -> dict[str, str]:
+    """script (relative to chapters/) -> the notebook that launches it on CPU (no NCCL backend argument)."""
+    out: dict[str, str] = {}
+    for cmd in boundary.commands(ROOT):
+        args = list(cmd.args)
+        backend = args[args.index("--backend") + 1] if "--backend" in args[:-1] else "gloo"
+        if "nccl" not in backend:
+            script = (Path(cmd.notebook).parent / cmd.script).relative_to("chapters").as_posix()
+            out.setdefault(script, cmd.notebook)
+    return out
+
+
+LAUNCHED = _launched_on_cpu()
 
 # script: why it does not run here (it needs hardware this machine lacks, or it is meant to fail)
 NOT_HERE = {
@@ -101,12 +73,16 @@ def _rel(path: Path) -> str:
     return path.relative_to(ROOT / "chapters").as_posix()
 
 
-def test_every_script_is_either_run_small_or_says_why_not():
+def test_every_script_runs_in_a_notebook_or_small_or_says_why_not():
     names = {_rel(p) for p in SCRIPTS}
+    covered = set(LAUNCHED) - set(NOT_HERE)
     assert not set(SMALL) & set(NOT_HERE), "a script is listed both as run and as not run"
-    assert names == set(SMALL) | set(NOT_HERE), (
-        f"unlisted: {sorted(names - set(SMALL) - set(NOT_HERE))}; "
+    assert not set(SMALL) & covered, f"launched by a notebook already, run small again: {sorted(set(SMALL) & covered)}"
+    assert names == set(SMALL) | set(NOT_HERE) | covered, (
+        f"unlisted: {sorted(names - set(SMALL) - set(NOT_HERE) - covered)}; "
         f"listed but absent: {sorted((set(SMALL) | set(NOT_HERE)) - names)}")
+    notebooks = {ROOT / nb.replace(".md", ".ipynb") for nb in LAUNCHED.values()}
+    assert all(nb.is_file() for nb in notebooks), "a launching notebook has no stored .ipynb that nbval runs"
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=_rel)
@@ -134,11 +110,66 @@ def test_script_has_main_and_no_import_side_effects(path: Path):
                 f"{_rel(path)}:{node.lineno}: the main guard must end with `raise SystemExit(main())`"
 
 
+@pytest.fixture
+def in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A clean stage for a script's `main` in this process: its own folder, environment, thread count and
+    no process group left behind."""
+    import torch
+    import torch.distributed as dist
+
+    monkeypatch.chdir(tmp_path)
+    env, threads = dict(os.environ), torch.get_num_threads()
+    yield tmp_path
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(env)
+    torch.set_num_threads(threads)
+
+
+def _main(path: Path):
+    spec = importlib.util.spec_from_file_location(f"chapter_script_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (ranks, _, _) in SMALL.items() if ranks == 1))
+def test_single_rank_script_runs_small_in_process(name: str, in_process: Path):
+    _, args, _ = SMALL[name]
+    assert _main(ROOT / "chapters" / name)(list(args)) in (0, None)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(SMALL))
-def test_script_runs_small(name: str, tmp_path: Path):
+@pytest.mark.parametrize("name", sorted(n for n, (ranks, _, _) in SMALL.items() if ranks > 1))
+def test_multi_rank_script_runs_small(name: str, tmp_path: Path):
     nproc, args, timeout = SMALL[name]
-    if name.startswith("03-nixl-transfers/"):
-        pytest.importorskip("nixl", reason="chapter 3's scripts need nixl (Linux only)")
     res = run(ROOT / "chapters" / name, nproc, args=args, timeout=timeout, cwd=tmp_path, show=False)
     assert res.returncode == 0
+
+
+# Scripts that never tear a healthy group down, and why.
+NO_SHUTDOWN = {
+    "resolve_backend.py": "one process on a HashStore per backend name: nothing to synchronise",
+    "gloo_no_autodump.py": "the group is broken on purpose; it leaves with os._exit",
+}
+
+
+def test_every_multi_rank_script_ends_through_the_clean_shutdown():
+    """`pt215.launch.shutdown()` ends every healthy group a chapter script joins."""
+    for path in sorted(ROOT.glob("chapters/*/*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "init_process_group" not in text and "init_rank(" not in text or path.name in NO_SHUTDOWN:
+            continue
+        assert "shutdown()" in text, f"{path.relative_to(ROOT)} does not end with shutdown()"
+
+
+def test_stress_script_knows_only_real_scripts():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import stress_launch
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    for name in stress_launch.SCRIPTS:
+        assert chapter_script(name).is_file()

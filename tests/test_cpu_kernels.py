@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +57,21 @@ def test_the_sanitizer_masks_every_marked_value_and_nothing_else():
 def test_avx2_only_names_all_three_libraries_and_capability_is_known():
     assert set(AVX2_ONLY) == {"ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"}
     assert active_capability()
+
+
+# The cells whose last digits depend on the CPU's matmul kernels (pt215.cpu_kernels): the main run executes
+# them with this machine's own kernels; this runs them again restricted to AVX2, against the same stored digits.
+CPU_SENSITIVE = ["chapters/03-nixl-transfers/03-2-kv-migration.ipynb",
+                 "chapters/04-fsdp2-precision/04-1-precision-overrides.ipynb",
+                 "chapters/06-fp8-mps/06-1-fp8-scaled-mm.ipynb",
+                 "chapters/06-fp8-mps/06-2-moe-decode-streams.ipynb"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(active_capability() == "AVX2" or os.uname().machine != "x86_64",
+                    reason="this machine's own kernels are AVX2 already: the main run covers it")
+def test_cpu_sensitive_notebooks_hold_with_avx2_kernels():
+    env = {**os.environ, **AVX2_ONLY}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--no-header", *CPU_SENSITIVE],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:]

@@ -62,7 +62,7 @@ def test_wrong_torch_fails(healthy, capsys):
     healthy.setattr(doctor, "probe_torch", lambda: doctor.Torch("2.14.1+cu130", cuda="13.0"))
     assert doctor.main([]) == 1
     out = capsys.readouterr().out
-    assert "[fail] torch: 2.14.1+cu130 (CUDA 13.0 wheel); the book needs 2.15.0 -> pip install torch==2.15.0" in out
+    assert "[fail] torch: torch 2.14.1+cu130; the book needs 2.15.0 -> pip install torch==2.15.0" in out
     assert "cannot follow the CPU track" in out.splitlines()[-1]
 
 
@@ -81,7 +81,7 @@ def test_no_jupyter_kernel_fails(healthy, capsys):
 
 
 def test_kernel_without_torch_fails_naming_it_and_the_cause(healthy):
-    cause = "python3 -c 'import torch, pt215' fails: ModuleNotFoundError: No module named 'torch'"
+    cause = doctor.KernelProblem("python3 -c 'import torch, pt215' fails: ModuleNotFoundError: No module named 'torch'")
     healthy.setattr(doctor, "probe_kernels", lambda: [("python3", cause)])
     c = by_name(doctor.collect())["Jupyter kernel"]
     assert c.verdict == "fail" and "python3" in c.detail and "No module named 'torch'" in c.detail
@@ -116,12 +116,16 @@ def test_failed_or_leaky_launch_fails(healthy):
     assert "2 process(es) left behind" in by_name(doctor.collect())[doctor.LAUNCH].detail
 
 
-@pytest.mark.parametrize("wheel, driver, verdict", [
-    (None, None, "skip"), ("13.2", None, "skip"), ("13.2", (13, 4), "ok"), ("13.4", (13, 2), "warn"),
-    ("13.2", (12, 8), "warn"),
-])
-def test_driver_against_wheel(wheel, driver, verdict):
-    assert doctor.check_driver(wheel, driver, "580.1", n_gpus=0 if driver is None else 1).verdict == verdict
+def test_driver_is_probed_only_for_a_cuda_wheel(healthy):
+    """The driver check is the upgrade checklist's (`pt215.upgrade_checks.check_driver`), fed by the doctor's probes."""
+    healthy.setattr(doctor, "probe_driver", lambda: pytest.fail("a CPU wheel needs no driver probe"))
+    healthy.setattr(doctor, "probe_torch", lambda: doctor.Torch("2.15.0", nccl="2.30.7"))
+    assert by_name(doctor.collect())["driver"].verdict == "skip"
+    gpu = doctor.Torch("2.15.0+cu132", cuda="13.2", devices=(("NVIDIA H200", "sm_90", 139.8),))
+    healthy.setattr(doctor, "probe_torch", lambda: gpu)
+    healthy.setattr(doctor, "probe_driver", lambda: ((13, 0), "580.65.06"))
+    c = by_name(doctor.collect())["driver"]
+    assert c.verdict == "warn" and "580.65.06" in c.detail and "minor-version compatibility" in c.detail
 
 
 def test_gpu_tracks_and_mps():
@@ -129,14 +133,29 @@ def test_gpu_tracks_and_mps():
     assert "one-GPU track" in doctor.check_gpus([("H100", "sm_90", 80.0)]).detail
     assert ">= 2 GPU track" in doctor.check_gpus([("H100", "sm_90", 80.0)] * 2).detail
     assert doctor.check_mps("Darwin", "15.3", True, True).verdict == "ok"
-    assert doctor.check_mps("Darwin", "14.6", True, True).verdict == "warn"
+    assert doctor.check_mps("Darwin", "15.3", True, False).verdict == "warn"
     assert doctor.check_mps("Linux", None, False, False).verdict == "skip"
-    assert doctor.wheel_kind(None, None, True) == "MPS" and doctor.wheel_kind(None, None, False) == "CPU"
 
 
-def test_python_version():
-    assert doctor.check_python((3, 10, 12)).verdict == "fail"
-    assert doctor.check_python((3, 12, 1)).verdict == "ok"
+def test_the_summary_names_the_tracks_from_the_probes_not_the_text(healthy, capsys):
+    two = doctor.Torch("2.15.0+cu132", cuda="13.2", devices=(("NVIDIA H200", "sm_90", 139.8),) * 2)
+    healthy.setattr(doctor, "probe_torch", lambda: two)
+    healthy.setattr(doctor, "probe_driver", lambda: ((13, 2), "580.95.05"))
+    assert doctor.main(["--no-launch"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("ready for the CPU track and the >= 2 GPU track")
+    healthy.setattr(doctor, "probe_torch", lambda: doctor.Torch("2.15.0", mps_built=True, mps_available=True))
+    healthy.setattr(doctor.platform, "system", lambda: "Darwin")
+    for macos, tracks in (("15.3", " and the Apple Silicon track"), ("14.6", "")):
+        healthy.setattr(doctor, "probe_macos", lambda v=macos: v)
+        assert doctor.main(["--no-launch"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1].endswith("ready for the CPU track" + tracks)
+
+
+def test_the_environment_checks_are_the_upgrade_checklists():
+    from pt215 import upgrade_checks
+
+    for name in ("check_python", "check_torch", "check_wheel", "check_driver", "check_macos_mps"):
+        assert not hasattr(doctor, name) or getattr(doctor, name) is getattr(upgrade_checks, name), name
 
 
 def test_json_report(healthy, capsys):
@@ -145,21 +164,17 @@ def test_json_report(healthy, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["exit_code"] == 0 and data["counts"]["warn"] >= 1
     assert {"host", "python", "torch"} <= set(data["machine"])
-    assert {c["name"] for c in data["checks"]} >= {"Python", "torch", "nixl", "Jupyter kernel", doctor.LAUNCH,
-                                                 "FP8 on CPU"}
+    assert {c["name"] for c in data["checks"]} >= {"python", "torch", "wheel", "driver", "nixl", "Jupyter kernel",
+                                                 doctor.LAUNCH, "FP8 on CPU"}
 
 
-def test_upgrade_without_the_module_says_so(healthy, capsys):
-    healthy.setattr(doctor, "_upgrade_checks", lambda: None)
-    assert doctor.main(["--upgrade"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "pt215.upgrade_checks" in err[0]
-
-
-def test_upgrade_appends_its_checks(healthy, capsys):
-    healthy.setattr(doctor, "_upgrade_checks", lambda: lambda: [Check("upgrade: env", "warn", "x", fix="y")])
+def test_upgrade_appends_the_checks_it_has_not_run(healthy, capsys):
+    healthy.setattr(doctor, "environment_checks", lambda: [Check("python", "ok", "again"),
+                                                           Check("upgrade: env", "warn", "x", fix="y")])
     assert doctor.main(["--upgrade"]) == 0
-    assert "[warn] upgrade: env: x -> y" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[warn] upgrade: env: x -> y" in out and "again" not in out
+    assert sum(line.startswith("[ok] python:") for line in out.splitlines()) == 1
 
 
 def test_real_launch_reports_back_and_leaves_nothing(real_launch):
@@ -188,6 +203,8 @@ def test_upgrade_runs_the_upgrade_chapter_checks(healthy, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("[ok] nccl backend:") for line in lines)
     assert lines[-1].endswith("ready for the CPU track")
+    names = [line.split(":")[0] for line in lines[:-1]]
+    assert len(names) == len(set(names)), "a check printed twice"
 
 
 # ---------------------------------------------------------------- causes on the line (issue: the doctor that says why)
@@ -225,7 +242,7 @@ def test_kernelspec_with_a_missing_interpreter_fails_the_check(tmp_path, monkeyp
     _kernelspec(tmp_path, "gone", str(tmp_path / "deleted-venv" / "bin" / "python"))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     kernels = dict(doctor.probe_kernels())
-    assert "does not exist" in kernels["gone"]
+    assert "does not exist" in kernels["gone"].cause and not kernels["gone"].starts
     c = doctor.check_kernel(list(kernels.items()))
     assert c.verdict == "fail" and "gone: its interpreter" in c.detail and "jupyter kernelspec remove" in c.fix
 
@@ -236,7 +253,7 @@ def test_kernel_check_starts_the_kernels_own_interpreter(tmp_path):
     if sys_python is None:
         pytest.skip("no system python3")
     cause = doctor.kernel_problem([sys_python, "-m", "ipykernel_launcher"], env={"PYTHONPATH": str(tmp_path)})
-    assert cause is not None and "No module named" in cause
+    assert cause is not None and "No module named" in cause.cause and cause.starts
     assert doctor.kernel_problem(["python3", "-m", "ipykernel_launcher"]) is None  # the doctor's own Python
 
 
@@ -306,9 +323,8 @@ def test_fp8_warning_when_the_cpu_has_no_fp8_kernel(healthy):
 
 
 def test_fp8_probe_is_the_fp8_modules():
-    fp8 = pytest.importorskip("pt215.fp8")
-    if not hasattr(fp8, "cpu_fp8_matmul_problem"):
-        pytest.skip("pt215.fp8.cpu_fp8_matmul_problem is not in this pt215")
+    from pt215 import fp8
+
     assert doctor.probe_fp8() == fp8.cpu_fp8_matmul_problem()
 
 

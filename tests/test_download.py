@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import build_download  # noqa: E402
 
-from pt215.book_config import SETUP_CELL_MARKER, setup_cell_source  # noqa: E402
+from pt215.site.config import SETUP_CELL_MARKER, setup_cell_source  # noqa: E402
 
 ZIP = ROOT / "_build" / "html" / "_downloads" / build_download.ZIP_NAME
 NOTEBOOK = "chapters/00-before-you-start/00-1-environment.ipynb"

@@ -8,6 +8,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,26 @@ def test_uv_without_uv_says_how_to_get_it(tmp_path):
 def test_setup_sh_stays_the_maintainers_path():
     text = (ROOT / "scripts" / "setup.sh").read_text()
     assert "-r requirements.txt" in text and "vendor_js.sh" in text
+
+
+def test_jupyterlab_is_installed():
+    out = subprocess.run([sys.executable, "-m", "jupyterlab", "--version"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip()[:1].isdigit(), out.stderr
+
+
+def _pins(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, rest = line.split("==", 1)
+            out[name.strip().lower()] = rest.strip()
+    return out
+
+
+def test_binder_environment_matches_the_book_pins():
+    binder, book = _pins(ROOT / ".binder/requirements.txt"), _pins(ROOT / "requirements.txt")
+    assert binder and all(book.get(name) == version for name, version in binder.items()), (binder, book)
+    assert (ROOT / ".binder/runtime.txt").read_text().strip() == "python-3.11"
+    assert "jupyter-book" not in binder and "pytest" not in binder  # notebooks only, not the toolchain

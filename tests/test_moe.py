@@ -79,6 +79,18 @@ def test_dispatch_is_route_then_group_by_expert():
     assert torch.equal(r.counts, torch.bincount(idx.reshape(-1), minlength=4)) and int(r.counts.sum()) == 14
 
 
+def test_sort_routes_is_dispatch_without_the_router():
+    logits = torch.randn(7, 4)
+    r, s = moe.dispatch(logits, 2), moe.sort_routes(*moe.route(logits, 2))
+    for name in ("probs", "token_idx", "weights", "counts", "offs"):
+        assert torch.equal(getattr(r, name), getattr(s, name))
+    probs, idx, weights = moe.route(logits, 2)
+    with pytest.raises(ValueError, match="must be route's"):
+        moe.sort_routes(probs, idx, weights[:, :1])
+    with pytest.raises(ValueError, match="must be route's"):
+        moe.sort_routes(probs[:3], idx, weights)
+
+
 def test_the_book_routers_agree():
     """Chapter 4's router, the chapter-5 model's MoE block and chapter 6's SeededMoE all route with `route`."""
     from pt215 import fsdp
@@ -163,6 +175,56 @@ def test_moe_loop_fp8_needs_list():
         moe.moe_loop_fp8(torch.randn(2, 16), fp8.quantize(torch.randn(4, 16)), torch.tensor([2], dtype=torch.int32))
 
 
+# -------------------------------------------------------------------------------------- the expert MLP
+
+
+def _reference_mlp(x, idx, weights, w_in, w_out, w_up=None):
+    """Token by token: the sum over its k experts of weight * MLP_e(x), written out."""
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for e, wt in zip(idx[t].tolist(), weights[t], strict=True):
+            h = F.silu(x[t] @ w_in[e].t())
+            if w_up is not None:
+                h = h * (x[t] @ w_up[e].t())
+            out[t] += wt * (h @ w_out[e].t())
+    return out
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("impl", ["grouped", "loop", "dense"])
+def test_expert_mlp_is_each_experts_mlp_mixed_by_the_router(impl, gated):
+    x = torch.randn(9, 16)
+    probs, idx, weights = moe.route(torch.randn(9, 5), 2)
+    w_in, w_up, w_out = torch.randn(5, 24, 16), torch.randn(5, 24, 16), torch.randn(5, 16, 24)
+    up = w_up if gated else None
+    if impl == "dense":
+        got = moe.expert_mlp_dense(x, idx, weights, w_in, w_out, up)
+    else:
+        r = moe.sort_routes(probs, idx, weights)
+        got = moe.expert_mlp(x, r, moe.expert_matmul(impl, r.offs), w_in, w_out, up)
+    torch.testing.assert_close(got, _reference_mlp(x, idx, weights, w_in, w_out, up), rtol=1e-4, atol=1e-4)
+
+
+def test_expert_mlp_mixes_in_mix_dtype():
+    x = torch.randn(6, 16).bfloat16()
+    r = moe.dispatch(torch.randn(6, 4), 2)
+    w_in, w_out = torch.randn(4, 8, 16).bfloat16(), torch.randn(4, 16, 8).bfloat16()
+    mm = moe.expert_matmul("loop", r.offs)
+    assert moe.expert_mlp(x, r, mm, w_in, w_out).dtype == torch.bfloat16
+    out = moe.expert_mlp(x, r, mm, w_in, w_out, mix_dtype=torch.float32)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.bfloat16(), moe.expert_mlp(x, r, mm, w_in, w_out), rtol=2e-2, atol=2e-2)
+
+
+def test_expert_matmul_and_dense_errors():
+    offs = torch.tensor([2, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match="impl must be"):
+        moe.expert_matmul("fast", offs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stacked expert weights"):
+        moe.expert_mlp_dense(torch.randn(4, 8), torch.zeros(4, 1, dtype=torch.int64), torch.ones(4, 1),
+                             torch.randn(8, 8), torch.randn(2, 8, 8))
+
+
 # ----------------------------------------------------------------------------------------------- layers
 
 
@@ -201,3 +263,12 @@ def test_moe_variant_errors(tiny_moe_model):
         moe.MoEVariant(torch.nn.Linear(2, 2), "loop")
     with pytest.raises(ValueError, match="MoE blocks"):
         moe.moe_variant(torch.nn.Linear(2, 2), "loop")
+
+
+def test_moe_loop_bounds_are_checked():
+    x, w = torch.randn(4, 8), torch.randn(2, 3, 8)
+    offs = torch.tensor([1, 4], dtype=torch.int32)
+    ref = moe.moe_loop(x, w, offs)
+    assert torch.equal(moe.moe_loop(x, w, offs, validate=False, bounds=[1, 4]), ref)
+    with pytest.raises(ValueError, match="bounds must be 2 Python ints"):
+        moe.moe_loop(x, w, offs, bounds=[4])

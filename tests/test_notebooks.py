@@ -87,3 +87,13 @@ def test_ignored_outputs_say_why(src: Path):
             first = c.source.strip().splitlines()[0] if c.source.strip() else ""
             assert first.startswith("#") and len(first) > 12, (
                 f"cell {i} is tagged nbval-ignore-output: its first line must be a comment giving the reason")
+
+
+def test_at_most_a_tenth_of_code_cells_ignore_their_output():
+    """Stable outputs are the rule: `nbval-ignore-output` is for timings, and kept rare book-wide."""
+    import nbformat
+
+    code = [c for p in sorted(ROOT.glob("chapters/*/[0-9]*.ipynb"))
+            for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code"]
+    ignored = sum("nbval-ignore-output" in c.metadata.get("tags", []) for c in code)
+    assert ignored <= 0.10 * len(code), f"{ignored} of {len(code)} code cells are output-ignored (at most 10 %)"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE = sorted([*ROOT.glob("src/pt215/*.py"), *ROOT.glob("chapters/*/*.py"), *ROOT.glob("chapters/*/*.md"),
+CODE = sorted([*ROOT.glob("src/pt215/**/*.py"), *ROOT.glob("chapters/*/*.py"), *ROOT.glob("chapters/*/*.md"),
                *ROOT.glob("scripts/*.py")])
 
 # pattern: (its one home, what it is)
@@ -18,6 +18,8 @@ HOMES = {
     r"def \w*copy_bandwidth\(|def memcpy_\w+\(": ("src/pt215/roofline.py", "copy bandwidth"),
     r"def \w*tokens_per_s\(|def measure_decode\(": ("src/pt215/roofline.py", "decode tokens/s"),
     r"def init_dist\(|def _init\(": ("src/pt215/launch.py", "joining a job"),
+    r"\.index_add_\(": ("src/pt215/moe.py", "mixing the experts' outputs"),
+    r"nvidia-smi\b[\"']|which\(\"nvidia-smi": ("src/pt215/hardware.py", "running nvidia-smi"),
 }
 
 

@@ -365,7 +365,7 @@ def test_notebook_pages_offer_download_and_launch(tabs):
     ipynb = [h for h in hrefs if h.endswith(".ipynb") and "127.0.0.1" in h]
     assert ipynb, "no .ipynb download link"
     assert page.request.get(ipynb[0]).status == 200
-    from pt215.book_config import read_book_config
+    from pt215.site.config import read_book_config
 
     launch = bool(read_book_config(ROOT).repository_url)  # no repository URL: no button that points nowhere
     assert any("colab.research.google.com" in h for h in hrefs) == launch

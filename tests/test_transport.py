@@ -190,16 +190,6 @@ def test_digest_detects_one_flipped_bit_and_rejects_other_devices():
         tr.digest(torch.zeros(2, device="meta"))
 
 
-# ---------------------------------------------------------------- no clock here
-
-
-def test_transport_has_no_timing_of_its_own():
-    """Timing lives in pt215.timing and copy bandwidth in pt215.roofline (one home per concept)."""
-    for name in ("time_op", "time_samples", "memcpy_samples", "memcpy_seconds", "gbps"):
-        assert not hasattr(tr, name), f"pt215.transport.{name} should not exist"
-    assert all(hasattr(tr, name) for name in tr.__all__)
-
-
 # ---------------------------------------------------------------- a real NIXL pair in one process
 
 

@@ -27,6 +27,7 @@ from pt215.upgrade_checks import (
     check_weights_only_env,
     check_wheel,
     environment_checks,
+    probe_headers_abi,
 )
 
 JOBS = Path(__file__).resolve().parent / "upgrade_jobs"
@@ -277,19 +278,23 @@ def test_environment_checks_on_this_machine():
 
 @pytest.mark.parametrize(("check", "verdict"), [
     (check_python((3, 10)), "fail"), (check_python((3, 11)), "ok"), (check_python((3, 15)), "ok"),
-    (check_python((3, 16)), "warn"), (check_torch("2.14.1+cu128"), "fail"), (check_torch("2.15.0+cu132"), "ok"),
+    (check_python((3, 16)), "warn"), (check_python((3, 10, 12)), "fail"), (check_python((3, 12, 1)), "ok"),
+    (check_torch("2.14.1+cu128"), "fail"), (check_torch("2.15.0+cu132"), "ok"), (check_torch("2.15.1"), "warn"),
+    (check_torch("2.16.0"), "fail"), (check_torch(None, "OSError: libtorch_cpu.so", True), "fail"),
     (check_wheel("13.2", None), "ok"), (check_wheel("13.4", None), "ok"), (check_wheel("12.8", None), "warn"),
-    (check_wheel(None, None), "ok"), (check_wheel(None, "7.1"), "ok"),
-    (check_driver(None, 0), "skip"), (check_driver("13.2", 0), "skip"), (check_driver("13.2", 8, "575.57.08"), "fail"),
+    (check_wheel(None, None), "ok"), (check_wheel(None, "7.1"), "ok"), (check_wheel(None, None, True), "ok"),
+    (check_driver(None, 0), "skip"), (check_driver("13.2", 0), "skip"), (check_driver("13.2", 8, "575.57.08"), "warn"),
     (check_driver("13.2", 8, "580.95.05"), "ok"), (check_driver("13.2", 8, None), "warn"),
+    (check_driver("13.2", 0, "575.57.08", (12, 9)), "warn"), (check_driver("13.2", 1, "580.95.05", (13, 4)), "ok"),
+    (check_driver("13.4", 1, "580.65.06", (13, 0)), "warn"), (check_driver("13.2", 1, None, (13, 2)), "ok"),
     (check_nccl_backend({}, None), "ok"), (check_nccl_backend({"TORCH_DIST_USE_NCCL2": "0"}, None), "warn"),
     (check_nccl_backend({}, "_create_nccl_process_group"), "warn"),
     (check_nccl_backend({"TORCH_DIST_USE_NCCL2": "0"}, "_create_nccl2_process_group"), "ok"),
     (check_nccl_version((2, 26, 5), None), "warn"), (check_nccl_version((2, 30, 7), None), "ok"),
     (check_nccl_version(None, None), "skip"), (check_nccl_version((2, 30, 7), "7.1"), "skip"),
-    (check_rccl_version(None), "skip"), (check_rccl_version("7.1", (2, 30, 4)), "warn"),
+    (check_rccl_version(None, None), "skip"), (check_rccl_version("7.1", (2, 30, 4)), "warn"),
     (check_rccl_version("7.1", (2, 30, 7)), "ok"),
-    (check_macos_mps(None), "skip"), (check_macos_mps("14.6.1"), "fail"), (check_macos_mps("15.2"), "ok"),
+    (check_macos_mps(None), "skip"), (check_macos_mps("14.6.1"), "warn"), (check_macos_mps("15.2"), "ok"),
     (check_nccl2_env({}), "ok"), (check_nccl2_env({"TORCH_DIST_USE_NCCL2": "0"}), "warn"),
     (check_nccl2_env({"TORCH_DIST_USE_NCCL2": "1"}), "warn"),
     (check_fr_env({}), "ok"), (check_fr_env({"TORCH_NCCL_TRACE_BUFFER_SIZE": "1"}), "warn"),
@@ -308,7 +313,7 @@ def test_check_verdicts(check, verdict):
 
 
 def test_installed_headers_abi_is_215():
-    assert check_target_version({}).detail.endswith("0x020f000000000000)")
+    assert check_target_version({}, probe_headers_abi()).detail.endswith("0x020f000000000000)")
 
 
 def test_pt1516_finds_a_cxx_standard_below_20_in_build_files(tmp_path):
@@ -333,3 +338,15 @@ def test_pt1516_finds_a_cxx_standard_below_20_in_build_files(tmp_path):
                              ("setup.py", 2, "PT1516")]
     assert sorted(f.path.split("/")[-2] for f in findings if f.code == "PT1516" and f.path.endswith(".txt")) == [
         "linked", "old"]
+
+
+def test_one_table_of_legacy_recorder_names_and_one_of_rules():
+    """FR_LEGACY is chapter 2's table of the settings (`pt215.flight.ENV_VARS`); RULES refuses a code twice."""
+    from pt215 import flight, upgrade_checks, upgrade_rules
+
+    assert upgrade.FR_LEGACY is upgrade_rules.FR_LEGACY is upgrade_checks.FR_LEGACY
+    assert upgrade_checks.FR_LEGACY == {old: new for new, old, _, _ in flight.ENV_VARS if old}
+    assert upgrade.RULES is upgrade_rules.RULES and len(upgrade.RULES) == 16
+    rule = upgrade.RULES["PT1501"]
+    with pytest.raises(ValueError, match="PT1501"):
+        upgrade_rules._by_code([rule, rule])

@@ -1,16 +1,21 @@
-"""pt215.verify, pt215.fake_cuda, pt215.hardware_runs and pt215.links (the book's hardware paths)."""
+"""pt215.verify (runner and command line), the catalogue of gated paths (pt215.gated_paths, pt215.gated_checks),
+the record they write (pt215.verify_record) as the website reads it (pt215.site.hardware_runs)."""
 
 from __future__ import annotations
 
 import copy
+import inspect
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from pt215 import fp8, hardware_runs, links, moe, verify
+from pt215 import fake_cuda, gated_checks, gated_paths, verify
 from pt215.hardware import HardwareReport, check
+from pt215.site import hardware_runs
+from pt215.verify_record import RunRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "hardware-run-gpu.json"
@@ -39,7 +44,35 @@ def test_each_path_names_real_needs_and_an_existing_page(path):
 def test_gpu_paths_are_skipped_with_the_reason_on_a_cpu_machine():
     gpu = [p for p in verify.PATHS if any(n.startswith(("cuda", "sm_", "nccl", "mps")) for n in p.needs)]
     rows = verify.run_paths(gpu, CPU, echo=False)
-    assert all(r["status"] == "skipped" and "this machine" in r["reason"] for r in rows)
+    assert all(r.status == "skipped" and "this machine" in r.reason for r in rows)
+
+
+def test_every_path_has_its_check_and_every_check_its_path():
+    checks = {name for name, fn in inspect.getmembers(gated_checks, inspect.isfunction)
+              if name.startswith("ch") and fn.__module__ == gated_checks.__name__}
+    names = {p.check_name for p in verify.PATHS}
+    assert names == checks, (names - checks, checks - names)
+    assert verify.PATHS is gated_paths.PATHS and verify.GatedPath is gated_paths.GatedPath
+    assert not [n for n in dir(fake_cuda) if n.startswith("check_") or n == "CHECKS"]  # the mechanism only
+
+
+def test_the_catalogue_imports_no_torch():
+    code = ("import sys, pt215.gated_paths as g, pt215.verify_record; assert 'torch' not in sys.modules; "
+            "print(len(g.PATHS))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and int(out.stdout) == len(verify.PATHS), out.stderr[-2000:]
+
+
+def test_machine_record_asks_hardware_for_the_driver(monkeypatch):
+    assert verify.machine_record(CPU).driver is None and verify.machine_record(CPU).gpus == ()
+    from pt215.hardware import CudaDevice
+
+    monkeypatch.setattr(verify.hardware, "driver_version", lambda: "580.65.06")
+    gpu = HardwareReport(python="3.11.7", torch="2.15.0", torch_cuda="13.2", platform="Linux", machine="x86_64",
+                         cpu_cores=2, cuda_devices=(CudaDevice(0, "H200", (9, 0), 139.8),))
+    m = verify.machine_record(gpu)
+    assert m.driver == "580.65.06" and m.to_dict()["gpus"] == [{"name": "H200", "capability": "sm_90",
+                                                                 "memory_gib": 139.8}]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +88,7 @@ def test_fake_cuda_checks_pass_and_say_no_kernel_ran(fake_record):
     for c in checks:
         assert c["status"] == "passed", c
         assert c["mode"] == "fake CUDA: shapes and dtypes checked, no kernel ran"
-    hardware_runs.validate_record(fake_record)
+    RunRecord.from_dict(fake_record)
     by_id = {c["id"]: c for c in checks}
     assert "mat2 must be col_major" in by_id["ch6.fake-scaled-mm-layout"]["figures"]["row_major"]
     cases = by_id["ch5.fake-varlen"]["figures"]["backend by GPU"]
@@ -66,7 +99,8 @@ def test_a_failing_check_is_recorded_and_exits_1(tmp_path, monkeypatch, capsys):
     def broken() -> verify.Outcome:
         raise AssertionError("busbw 0 GB/s")
 
-    bad = verify.GatedPath("ch9.broken", 9, "a check that fails", "README.md", (), broken, fake=True)
+    bad = verify.GatedPath("ch9.broken", 9, "a check that fails", "README.md", (), fake=True)
+    monkeypatch.setattr(gated_checks, "ch9_broken", broken, raising=False)
     monkeypatch.setattr(verify, "PATHS", (bad,))
     out = tmp_path / "rec.json"
     assert verify.main(["--out", str(out), "--skip-boundary"]) == 1
@@ -74,6 +108,17 @@ def test_a_failing_check_is_recorded_and_exits_1(tmp_path, monkeypatch, capsys):
     assert "boundary" not in rec
     assert rec["checks"][0]["status"] == "failed" and "busbw 0 GB/s" in rec["checks"][0]["reason"]
     assert "FAILED: AssertionError: busbw 0 GB/s" in capsys.readouterr().out
+
+
+def test_a_check_that_lacks_an_optional_package_is_skipped(monkeypatch):
+    def lacking() -> verify.Outcome:
+        raise gated_paths.CheckSkipped("nvidia-cutlass-dsl not installed")
+
+    path = verify.GatedPath("ch9.lacking", 9, "a check without its package", "README.md", (), fake=True)
+    monkeypatch.setattr(gated_checks, "ch9_lacking", lacking, raising=False)
+    (row,) = verify.run_paths([path], CPU, echo=False)
+    assert (row.status, row.reason) == ("skipped", "nvidia-cutlass-dsl not installed")
+    assert verify.status_text(row) == "skipped: nvidia-cutlass-dsl not installed"
 
 
 def test_list_names_the_issue_24_paths_and_the_boundary_run(capsys):
@@ -97,7 +142,7 @@ def test_a_boundary_failure_is_recorded_and_exits_1(tmp_path, monkeypatch):
     rec = json.loads(out.read_text())
     assert rec["checks"] == [] and rec["boundary"]["commands"] == 1
     assert "--timeout (10.0) < --stuck (5.0)" in rec["boundary"]["failed"][0]["detail"]
-    hardware_runs.validate_record(rec)
+    assert "debug_server.py --backend nccl" in RunRecord.from_dict(rec).boundary.failed[0].command
 
 
 def test_only_that_matches_nothing_is_a_clear_error():
@@ -109,8 +154,23 @@ def test_only_that_matches_nothing_is_a_clear_error():
 
 
 @pytest.mark.parametrize("path", [FIXTURE, *RECORDS], ids=lambda p: p.name)
-def test_records_follow_the_schema(path):
-    hardware_runs.validate_record(json.loads(path.read_text()), path.name)
+def test_records_follow_the_schema_and_read_back_unchanged(path):
+    data = json.loads(path.read_text())
+    assert RunRecord.from_dict(data, path.name).to_dict() == data
+
+
+def test_a_bad_record_names_the_file_and_the_key():
+    rec = json.loads(FIXTURE.read_text())
+    for change, message in ((lambda r: r.pop("machine"), r"f.json: missing keys \['machine'\]"),
+                            (lambda r: r["machine"].pop("driver"), r"f.json: machine is missing \['driver'\]"),
+                            (lambda r: r["checks"][0].pop("mode"), r"f.json: check 'ch1.busbw' is missing \['mode'\]"),
+                            (lambda r: r["checks"][0].update(status="ok"), "has status 'ok'"),
+                            (lambda r: r.update(schema=2), "schema must be 1"),
+                            (lambda r: r["machine"]["gpus"][0].update(capability="90"), "sm_NN capability")):
+        bad = copy.deepcopy(rec)
+        change(bad)
+        with pytest.raises(ValueError, match=message):
+            RunRecord.from_dict(bad, "f.json")
 
 
 def test_data_records_are_not_fixtures():
@@ -122,17 +182,17 @@ def test_a_gpu_pass_without_a_gpu_in_the_record_is_rejected():
     rec = json.loads(FIXTURE.read_text())
     rec["machine"]["gpus"] = []
     with pytest.raises(ValueError, match="passed for real but the machine lacks"):
-        hardware_runs.validate_record(rec)
+        RunRecord.from_dict(rec)
     rec = json.loads(FIXTURE.read_text())
     del rec["checks"][1]["reason"]
     with pytest.raises(ValueError, match="without a reason"):
-        hardware_runs.validate_record(rec)
+        RunRecord.from_dict(rec)
 
 
 def test_rendering_names_the_runs_and_what_nothing_verified():
     rec = json.loads(FIXTURE.read_text())
     ch1 = [p for p in verify.PATHS if p.chapter == 1]
-    by_id = {p.id: hardware_runs.classify(p, [("f.json", rec)]) for p in ch1}
+    by_id = {p.id: hardware_runs.classify(p, [("f.json", RunRecord.from_dict(rec))]) for p in ch1}
     assert by_id["ch1.busbw"] == ("hardware", [
         "passed on 2x FIXTURE GPU sm_90, torch 2.15.0, driver TEST-DRIVER, cuDNN 9.26.0, 2000-01-01"])
     kind, lines = by_id["ch1.shrink-group"]
@@ -144,6 +204,7 @@ def test_rendering_names_the_runs_and_what_nothing_verified():
                       "mode": "fake CUDA: shapes and dtypes checked, no kernel ran"},
                      {"id": "ch3.nixl-api-tour", "chapter": 3, "title": "t", "needs": ["nixl"], "status": "passed",
                       "mode": "real"}]
+    cpu = RunRecord.from_dict(cpu)
     paths = {p.id: p for p in verify.PATHS}
     kind, lines = hardware_runs.classify(paths["ch5.fake-nvfp4"], [("c.json", cpu)])
     assert kind == "fake" and "shapes and dtypes, no kernel ran" in lines[0]
@@ -156,78 +217,20 @@ def test_rendering_names_the_runs_and_what_nothing_verified():
 def test_needs_read_as_words():
     assert hardware_runs.need_words(("cuda>=2", "nccl")) == "≥ 2 CUDA GPUs and NCCL with a CUDA GPU"
     assert hardware_runs.need_words(()) == "nothing (fake CUDA)"
+    with pytest.raises(ValueError, match="unknown requirement .gpu.; expected one of"):
+        hardware_runs.need_words(("gpu",))
 
 
 def test_the_directive_lists_hardware_runs_and_collapses_the_rest():
     rec = json.loads(FIXTURE.read_text())
     ch1 = [p for p in verify.PATHS if p.chapter == 1]
-    nodes_ = hardware_runs.render(ch1, [("f.json", rec)])
+    nodes_ = hardware_runs.render(ch1, [("f.json", RunRecord.from_dict(rec))])
     text = "\n".join(n.astext() for n in nodes_)
     assert text.startswith(f"1 of {len(ch1)} hardware paths have run on hardware; 0 checked on fake CUDA; 0 on CPU")
     assert "Run on hardware (1)" in text
     done, details = text.index("ch1.busbw"), text.index("<details")
     assert done < details and text.index("ch1.eager-init") > details and text.rstrip().endswith("</details>")
     assert "ch1.eager-init (≥ 2 CUDA GPUs and NCCL with a CUDA GPU): nothing has run it yet." in text
-
-
-# ------------------------------------------------------------------------------------------- links
-
-TOPO_NVL = """\
-\tGPU0\tGPU1\tGPU2\tCPU Affinity
-GPU0\t X \tNV18\tNV18\t0-47
-GPU1\tNV18\t X \tNV18\t0-47
-GPU2\tNV18\tNV18\t X \t0-47
-"""
-TOPO_PCIE = """\
-\tGPU0\tGPU1
-GPU0\t X \tSYS
-GPU1\tSYS\t X
-"""
-
-
-def test_link_peak_from_topology():
-    h200 = links.link_peak(3, (9, 0), topo=TOPO_NVL)
-    assert (h200.kind, h200.GBps) == ("NVLink 4", 450.0) and "NV18" in h200.how
-    assert links.link_peak(2, (10, 0), topo=TOPO_NVL).GBps == 900.0
-    pcie = links.link_peak(2, (8, 9), topo=TOPO_PCIE, pcie_gen=4)
-    assert (pcie.kind, pcie.GBps) == ("PCIe gen 4 x16", 32.0) and "SYS" in pcie.how
-    with pytest.raises(ValueError, match="no row for GPU"):
-        links.link_peak(4, (9, 0), topo=TOPO_NVL, visible="")
-
-
-def test_link_peak_follows_cuda_visible_devices_and_knows_no_network():
-    mixed = TOPO_NVL.replace("GPU2\tNV18\tNV18", "GPU2\tSYS\tSYS").replace("GPU0\t X \tNV18\tNV18",
-                                                                             "GPU0\t X \tNV18\tSYS")
-    mixed = mixed.replace("GPU1\tNV18\t X \tNV18", "GPU1\tNV18\t X \tSYS")
-    assert links.visible_gpus(2, "2,0") == [2, 0]
-    assert links.link_peak(2, (9, 0), topo=mixed, visible="0,1").kind == "NVLink 4"
-    assert links.link_peak(2, (9, 0), topo=mixed, visible="2,0", pcie_gen=5).kind == "PCIe gen 5 x16"
-    with pytest.raises(ValueError, match="UUID or MIG"):
-        links.link_peak(2, (9, 0), topo=mixed, visible="GPU-1234,GPU-5678")
-    net = links.link_peak(16, (9, 0), local=8)  # two nodes: no nvidia-smi is asked
-    assert (net.kind, net.GBps) == ("network", None) and "16 ranks on 2 nodes of 8" in net.how
-    assert links.link_peak(16, (9, 0), local=8, net_gbps=50).GBps == 50.0
-    with pytest.raises(ValueError, match="net_gbps must be a positive"):
-        links.link_peak(16, (9, 0), local=8, net_gbps=0)
-
-
-# ------------------------------------------------------------------------------------------- fp8 syncs
-
-
-def test_quantize_checks_finite_on_cpu_and_only_on_request_elsewhere():
-    x = torch.tensor([[1.0, float("inf")]])
-    with pytest.raises(ValueError, match="inf or nan"):
-        fp8.quantize(x)
-    assert fp8.quantize(x, check_finite=False).data.shape == (1, 2)
-
-
-def test_moe_loop_bounds_are_checked():
-    x, w = torch.randn(4, 8), torch.randn(2, 3, 8)
-    offs = torch.tensor([1, 4], dtype=torch.int32)
-    ref = moe.moe_loop(x, w, offs)
-    assert torch.equal(moe.moe_loop(x, w, offs, validate=False, bounds=[1, 4]), ref)
-    with pytest.raises(ValueError, match="bounds must be 2 Python ints"):
-        moe.moe_loop(x, w, offs, bounds=[4])
 
 
 def test_table_output_is_one_line_per_path():

@@ -1,8 +1,7 @@
-"""pt215.widgets, pt215.figures and the website helpers of pt215.book (alt text, table labels, one stamp)."""
+"""pt215.widgets and pt215.figures (the website's own helpers are tested in tests/test_book_ext.py)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import subprocess
@@ -11,7 +10,6 @@ import pytest
 import torch
 
 from pt215 import nvfp4, widgets
-from pt215.book import _one_stamp, figure_alt_texts, label_table_cells
 
 
 def test_busbw_slider_is_deterministic_and_checks_arguments():
@@ -78,29 +76,3 @@ def test_figure_show_needs_real_alt_text(tmp_path):
     with pytest.raises(ValueError, match="not name a file"):
         show("../../_images/0123456789abcdef.png")
     plt.close("all")
-
-
-def test_alt_texts_come_from_output_metadata(tmp_path):
-    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 30
-    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "display_data",
-          "data": {"image/png": base64.b64encode(png).decode(), "text/plain": "A line rising to 2."},
-          "metadata": {"image/png": {"alt": "A line rising to 2.", "width": "480px"}}}]}]}
-    path = tmp_path / "01-x.ipynb"
-    path.write_text(json.dumps(nb))
-    import hashlib
-
-    assert figure_alt_texts(path) == {hashlib.sha256(png).hexdigest(): "A line rising to 2."}
-
-
-def test_table_cells_get_their_column_label():
-    t = ('<table class="table"><thead><tr><th class="head"><p>A &amp; b</p></th><th class="head"><p>B</p></th>'
-         '</tr></thead><tbody><tr class="row-even"><td><p>1</p></td><td><p>2</p></td></tr></tbody></table>')
-    out = label_table_cells(t)
-    assert '<td data-label="A &amp; b"><p>1</p></td><td data-label="B"><p>2</p></td>' in out
-    assert label_table_cells("<table><tbody><tr><td>x</td></tr></tbody></table>").count("data-label") == 0
-
-
-def test_chapter_stamps_collapse_when_they_agree():
-    same = ["01-a: torch 2.15.0 · CPU x86_64 · 2026-11-29", "02-b: torch 2.15.0 · CPU x86_64 · 2026-12-01"]
-    assert _one_stamp(same) == "torch 2.15.0 · CPU x86_64 · 2026-11-29 to 2026-12-01"
-    assert _one_stamp(["01-a: torch 2.15.0 · CPU · d", "02-b: torch 2.14.0 · CPU · d"]) is None

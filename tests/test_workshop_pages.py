@@ -1,4 +1,4 @@
-"""The workshop pages' generated tables (`pt215.workshop_pages`): the per-user memory figure, and the data
+"""The workshop pages' generated tables (`pt215.site.workshop`): the per-user memory figure, and the data
 files they render carry what the tables read."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pt215 import agenda, workshop_pages
-from pt215.workshop_pages import per_user_memory_gib
+from pt215.site import agenda, workshop
+from pt215.site.workshop import per_user_memory_gib
 
 
 def test_per_user_memory_is_the_largest_pss_peak_plus_one_idle_kernel():
@@ -20,7 +20,7 @@ def test_per_user_memory_is_the_largest_pss_peak_plus_one_idle_kernel():
 
 
 def test_hub_sizing_data_has_what_the_tables_read(book_root):
-    data = json.loads((book_root / workshop_pages.HUB_SIZING).read_text())
+    data = json.loads((book_root / workshop.HUB_SIZING).read_text())
     assert {"date", "torch", "python", "cpu", "cores", "memory_gib", "interval_s", "command"} <= set(data["provenance"])
     for r in data["notebooks"]:
         assert {"notebook", "chapter", "wall_s", "peak_processes", "peak_rss_mib", "peak_cores"} <= set(r)
@@ -38,7 +38,7 @@ def test_concurrent_runs_record_their_conditions(book_root):
 
 
 def test_install_size_is_measured_or_says_it_is_not(book_root):
-    data = json.loads((book_root / workshop_pages.INSTALL_SIZE).read_text())
+    data = json.loads((book_root / workshop.INSTALL_SIZE).read_text())
     assert data["download"]["total_bytes"] > data["download"]["rest_bytes"] > 0
     cpu_measured = data["download"]["cpu_torch_wheel_bytes"] is not None
     assert (data["download"]["cpu_choice_bytes"] is not None) == cpu_measured

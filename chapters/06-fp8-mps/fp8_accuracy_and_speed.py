@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from pt215 import fp8
+from pt215 import fp8, w8a8
 from pt215 import model as lm
 from pt215.moe import SeededMoE
 from pt215.timing import interleaved_medians
@@ -61,7 +61,7 @@ def accuracy(windows: int = 8) -> None:
             q = fp8.quantize(w, scaling=sc)
             errs_w.append(fp8.rel_error(w, q.dequantize()))
             errs_xw.append(fp8.rel_error(x @ w.t(), fp8.scaled_matmul(x, q, out_dtype=torch.float32)))
-        q_model = fp8.fp8_model(dense, scaling=sc)
+        q_model = w8a8.fp8_model(dense, scaling=sc)
         ppl = lm.perplexity(q_model, tokens, seq_len=256, batch=8)
         agree = lm.next_token_agreement(q_model, dense, tokens, seq_len=256, batch=8)
         print(f"   {sc:<10} weight rel.err {statistics.mean(errs_w):.4f} | GEMM output rel.err mean "

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
+from pt215 import links
 from pt215.launch import init_rank, report, shutdown
 from pt215.roofline import copy_bandwidth
 from pt215.timing import Stopwatch, sync
@@ -355,8 +356,6 @@ def _link(n: int, device: torch.device, net_gbps: float | None) -> dict | None:
     (unknown unless `--net-gbps`); None on CPU, where the payload ceiling is the only one."""
     if device.type != "cuda":
         return None
-    from pt215 import links
-
     try:
         return links.link_peak(n, torch.cuda.get_device_capability(device), net_gbps=net_gbps).as_dict()
     except (OSError, ValueError, IndexError) as e:  # no nvidia-smi, UUIDs in CUDA_VISIBLE_DEVICES, ...

@@ -3,23 +3,23 @@
 One line per check, with its verdict (ok / warn / fail / skip) and, for each warning or failure, the fix.
 A `fail` means the machine cannot follow the CPU track of the workshop; everything that only a GPU or a Mac
 adds is a `warn` or a `skip`. The exit code is 0 when nothing failed. `--json` prints a report for a
-facilitator collecting them (machine summary + checks); `--upgrade` adds the environment checks of the
-"Upgrading a job to 2.15" chapter (`pt215.upgrade_checks`).
+facilitator collecting them (machine summary + checks); `--upgrade` adds the rest of the environment checks of
+the "Upgrading a job to 2.15" chapter (`pt215.upgrade_checks`, where the Python, torch, wheel and driver checks
+the doctor runs are defined too).
 
 Every failing line carries its cause: the exception a broken `import torch` raised, the last stderr line of
 the kernel interpreter that failed, the last stderr lines of the rank that failed the 4-rank gloo job.
 Memory and cores are the container's (cgroup v1 or v2 limits, CPU affinity) when they are smaller than the
 host's, as on a JupyterHub pod.
 
-Each check is a small function of its inputs (`check_torch(version, cuda, ...)`); the `probe_*` functions
-gather those inputs from this machine, so a test can fake any environment by replacing a probe.
+Each check is a small function of its inputs (`check_gpus(devices)`); the `probe_*` functions gather those
+inputs from this machine (the machine itself through `pt215.hardware`), so a test can fake any environment by
+replacing a probe.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import datetime as dt
 import importlib.metadata
 import importlib.util
@@ -32,17 +32,26 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pt215.checks import Check
+from pt215.upgrade_checks import (
+    Torch,
+    check_driver,
+    check_macos_mps,
+    check_python,
+    check_torch,
+    check_wheel,
+    environment_checks,
+    probe_driver,
+    probe_macos,
+    probe_torch,
+)
 
-__all__ = ["BOOK_DATA", "collect", "main", "machine_summary"]
+__all__ = ["BOOK_DATA", "Torch", "collect", "main", "machine_summary"]
 
-TORCH_WANTED = "2.15.0"
-PYTHON_MIN = (3, 11)
-WHEEL_CUDA = ("13.2", "13.4")  # the CUDA builds of torch 2.15.0 the book covers
 DISK_FAIL_GIB, DISK_WARN_GIB = 1.0, 5.0
 MEM_FAIL_GIB, MEM_WARN_GIB = 4.0, 8.0  # total memory; the largest notebook's peak is in data/workshop/hub-sizing.json
 NPROC = 4  # ranks of the launch check: the chapters' multi-rank demos run 4
@@ -60,77 +69,17 @@ BOOK_DATA = (
 # ---------------------------------------------------------------- checks (pure functions of their inputs)
 
 
-def check_python(version: tuple[int, int, int]) -> Check:
-    text = ".".join(map(str, version))
-    if tuple(version[:2]) >= PYTHON_MIN:
-        return Check("Python", "ok", text)
-    return Check("Python", "fail", f"{text} is older than {PYTHON_MIN[0]}.{PYTHON_MIN[1]}",
-                 fix=f"install Python >= {PYTHON_MIN[0]}.{PYTHON_MIN[1]} and re-run scripts/install.sh")
-
-
-def wheel_kind(cuda: str | None, hip: str | None, mps_built: bool) -> str:
-    """Which build of torch this is: `CUDA 13.2`, `ROCm ...`, `MPS` (macOS) or `CPU`."""
-    if cuda:
-        return f"CUDA {cuda}"
-    if hip:
-        return f"ROCm {hip}"
-    return "MPS" if mps_built else "CPU"
-
-
-def check_torch(version: str | None, cuda: str | None, hip: str | None = None, mps_built: bool = False,
-                error: str = "") -> Check:
-    """`error`: what `import torch` raised when `version` is None (its cause goes on the line)."""
-    fix = f"pip install torch=={TORCH_WANTED} (participants: bash scripts/install.sh)"
-    if version is None:
-        if error and "No module named 'torch'" not in error:
-            return Check("torch", "fail", f"installed but `import torch` fails: {error}",
-                         fix=f"reinstall it: pip install --force-reinstall torch=={TORCH_WANTED}")
-        return Check("torch", "fail", "not importable" + (f": {error}" if error else ""), fix=fix)
-    kind = wheel_kind(cuda, hip, mps_built)
-    base = version.split("+")[0]
-    if base != TORCH_WANTED:
-        return Check("torch", "fail", f"{version} ({kind} wheel); the book needs {TORCH_WANTED}", fix=fix)
-    if cuda and cuda not in WHEEL_CUDA:
-        return Check("torch", "warn", f"{version}, {kind} wheel (the book was checked with CUDA "
-                     f"{' and '.join(WHEEL_CUDA)})",
-                     fix="use the CUDA 13.2 wheel from PyPI (pip install torch==2.15.0)")
-    if hip:
-        return Check("torch", "warn", f"{version}, {kind} wheel: GPU cells are written for CUDA",
-                     fix="follow the CPU track, or use the CUDA wheel on an NVIDIA machine")
-    return Check("torch", "ok", f"{version}, {kind} wheel")
-
-
 def check_gpus(devices: Sequence[tuple[str, str, float]]) -> Check:
     """`devices`: (name, sm_NN, memory GiB) per CUDA device."""
     if not devices:
         return Check("GPUs", "skip", "no CUDA GPU: the CPU track (every chapter runs; GPU cells print what they need)")
     names = ", ".join(sorted({f"{n} ({sm}, {mem:.0f} GiB)" for n, sm, mem in devices}))
-    track = "the >= 2 GPU track" if len(devices) >= 2 else "the one-GPU track"
-    return Check("GPUs", "ok", f"{len(devices)}x {names}: {track}")
+    return Check("GPUs", "ok", f"{len(devices)}x {names}: {gpu_track(len(devices))}")
 
 
-def check_driver(wheel_cuda: str | None, driver_cuda: tuple[int, int] | None, driver: str | None,
-                 n_gpus: int) -> Check:
-    """Does the NVIDIA driver support the CUDA version the wheel was built with?"""
-    if not wheel_cuda:
-        return Check("NVIDIA driver", "skip", "not a CUDA wheel")
-    if driver_cuda is None:
-        if n_gpus:
-            return Check("NVIDIA driver", "warn", "GPUs found but the driver's CUDA version could not be read",
-                         fix="check nvidia-smi")
-        return Check("NVIDIA driver", "skip", "no NVIDIA driver (fine for the CPU track)")
-    have = f"{driver_cuda[0]}.{driver_cuda[1]}"
-    shown = f"driver {driver} " if driver else "driver "
-    want = tuple(int(x) for x in wheel_cuda.split(".")[:2])
-    if driver_cuda[0] < want[0]:
-        return Check("NVIDIA driver", "warn", f"{shown}supports CUDA {have}; the wheel needs CUDA {wheel_cuda}: "
-                     "torch will not see the GPUs",
-                     fix=f"install an NVIDIA driver for CUDA {want[0]}.x (R580 or newer)")
-    if driver_cuda < want:
-        return Check("NVIDIA driver", "warn", f"{shown}supports CUDA {have} < {wheel_cuda}: runs through CUDA minor-"
-                     "version compatibility (no PTX JIT)",
-                     fix=f"update the driver to one that supports CUDA {wheel_cuda}")
-    return Check("NVIDIA driver", "ok", f"{shown}supports CUDA {have} (wheel: CUDA {wheel_cuda})")
+def gpu_track(n_gpus: int) -> str:
+    """The workshop track `n_gpus` CUDA devices (>= 1) allow."""
+    return "the >= 2 GPU track" if n_gpus >= 2 else "the one-GPU track"
 
 
 def check_nccl(version: str | None, n_gpus: int) -> Check:
@@ -148,17 +97,14 @@ def check_cudnn(version: str | None, n_gpus: int) -> Check:
 
 
 def check_mps(system: str, macos: str | None, mps_built: bool, mps_available: bool) -> Check:
+    """Whether torch can use Apple MPS here; the macOS version it needs is the `macos` check's."""
     if system != "Darwin":
         return Check("MPS", "skip", f"{system}: Apple MPS is for Macs (chapter 6 runs its CPU reference path)")
     version = macos or "unknown"
-    major = int(re.match(r"\d+", version).group(0)) if re.match(r"\d+", version) else 0
     if not mps_built or not mps_available:
         return Check("MPS", "warn", f"macOS {version}, MPS {'not available' if mps_built else 'not built'}",
                      fix="use an Apple Silicon Mac and the macOS arm64 wheel of torch")
-    if major < 15:
-        return Check("MPS", "warn", f"macOS {version}: chapter 6's FP8 cells need macOS >= 15",
-                     fix="update macOS to 15 or later")
-    return Check("MPS", "ok", f"available on macOS {version}: the Apple Silicon track")
+    return Check("MPS", "ok", f"available on macOS {version}")
 
 
 def check_package(name: str, version: str | None, chapter: str, required: bool = False) -> Check:
@@ -169,14 +115,26 @@ def check_package(name: str, version: str | None, chapter: str, required: bool =
                  fix=f"pip install -r requirements.txt (pins {name})")
 
 
-def check_kernel(kernels: Sequence[tuple[str, str | None]]) -> Check:
-    """`kernels`: (kernelspec name, None when its own interpreter imported torch and pt215, else the cause).
+@dataclass(frozen=True)
+class KernelProblem:
+    """Why a kernelspec's own interpreter does not import torch and pt215: `cause`, and `starts` False when the
+    interpreter is missing or does not start (Jupyter still offers such a kernel, and it dies at once)."""
+
+    cause: str
+    starts: bool = True
+
+    def __str__(self) -> str:
+        return self.cause
+
+
+def check_kernel(kernels: Sequence[tuple[str, KernelProblem | None]]) -> Check:
+    """`kernels`: (kernelspec name, None when its own interpreter imported torch and pt215, else the problem).
 
     A kernelspec whose interpreter is missing fails the check even when another kernel works: Jupyter still
     offers it, and a participant who picks it gets a kernel that dies at once."""
-    good = [name for name, cause in kernels if cause is None]
-    broken = [f"{name}: {cause}" for name, cause in kernels if cause is not None and _broken(cause)]
-    without = [f"{name}: {cause}" for name, cause in kernels if cause is not None and not _broken(cause)]
+    good = [name for name, problem in kernels if problem is None]
+    broken = [f"{name}: {p}" for name, p in kernels if p is not None and not p.starts]
+    without = [f"{name}: {p}" for name, p in kernels if p is not None and p.starts]
     fix = ("python -m ipykernel install --user --name pt215 --display-name 'Python (pt215)' "
            "(run with the .venv's python)")
     if broken:
@@ -190,10 +148,6 @@ def check_kernel(kernels: Sequence[tuple[str, str | None]]) -> Check:
     if kernels:
         return Check("Jupyter kernel", "fail", "no kernel imports torch and pt215: " + "; ".join(without), fix=fix)
     return Check("Jupyter kernel", "fail", "no Python kernelspec found", fix=fix)
-
-
-def _broken(cause: str) -> bool:
-    return any(s in cause for s in ("does not exist", "does not start", "empty argv"))
 
 
 def check_disk(free_gib: float) -> Check:
@@ -301,58 +255,6 @@ def check_data(missing: Sequence[str], folder: str) -> Check:
 # ---------------------------------------------------------------- probes (this machine)
 
 
-@dataclass
-class Torch:
-    version: str | None
-    cuda: str | None = None
-    hip: str | None = None
-    mps_built: bool = False
-    mps_available: bool = False
-    nccl: str | None = None
-    cudnn: str | None = None
-    devices: tuple[tuple[str, str, float], ...] = ()
-    error: str = ""  # what `import torch` raised, when version is None
-
-
-def probe_torch() -> Torch:
-    try:
-        import torch
-    except Exception as e:  # noqa: BLE001 - a broken install raises OSError, AttributeError, ... as well
-        return Torch(None, error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": "))
-    from pt215 import hardware
-
-    hw = hardware.report()
-    return Torch(
-        version=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None),
-        mps_built=hw.mps_built, mps_available=hw.mps_available, nccl=hw.nccl, cudnn=hw.cudnn,
-        devices=tuple((d.name, d.sm, d.memory_gib) for d in hw.cuda_devices),
-    )
-
-
-def probe_driver() -> tuple[tuple[int, int] | None, str | None]:
-    """(CUDA version the driver supports, driver version) from libcuda and nvidia-smi; (None, None) without one."""
-    cuda = None
-    name = ctypes.util.find_library("cuda") or ("libcuda.so.1" if sys.platform.startswith("linux") else None)
-    if name:
-        try:
-            lib = ctypes.CDLL(name)
-            v = ctypes.c_int()
-            if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value:
-                cuda = (v.value // 1000, (v.value % 1000) // 10)
-        except (OSError, AttributeError):
-            cuda = None
-    driver = None
-    smi = shutil.which("nvidia-smi")
-    if smi and cuda:
-        try:
-            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                                 text=True, timeout=20)
-            driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-        except (OSError, subprocess.TimeoutExpired):
-            driver = None
-    return cuda, driver
-
-
 def probe_package(name: str) -> str | None:
     """Version of an importable package, or None."""
     try:
@@ -377,29 +279,29 @@ def _kernel_python(argv: Sequence[str]) -> str:
 _KERNEL_CODE = "import torch, pt215; print(torch.__version__)"
 
 
-def kernel_problem(argv: Sequence[str], env: dict | None = None, timeout: float = 120.0) -> str | None:
+def kernel_problem(argv: Sequence[str], env: dict | None = None, timeout: float = 120.0) -> KernelProblem | None:
     """Start a kernelspec's own interpreter (its `argv[0]`, with its `env`) and import torch and pt215 in it:
-    None when that works, else the cause (missing interpreter, or the last stderr line of the import)."""
+    None when that works, else the problem (missing interpreter, or the last stderr line of the import)."""
     exe = _kernel_python(argv)
     if not exe:
-        return "its kernelspec has an empty argv"
+        return KernelProblem("its kernelspec has an empty argv", starts=False)
     found = shutil.which(exe) if os.sep not in exe and "/" not in exe else (exe if os.path.isfile(exe) else None)
     if found is None:
-        return f"its interpreter {exe} does not exist"
+        return KernelProblem(f"its interpreter {exe} does not exist", starts=False)
     try:
         out = subprocess.run([found, "-c", _KERNEL_CODE], capture_output=True, text=True, timeout=timeout,
                              env={**os.environ, **{str(k): str(v) for k, v in (env or {}).items()}})
     except subprocess.TimeoutExpired:
-        return f"its interpreter {exe} did not import torch within {timeout:g} s"
+        return KernelProblem(f"its interpreter {exe} did not import torch within {timeout:g} s")
     except OSError as e:
-        return f"its interpreter {exe} does not start ({e.strerror or e})"
+        return KernelProblem(f"its interpreter {exe} does not start ({e.strerror or e})", starts=False)
     if out.returncode != 0:
-        return f"{exe} -c 'import torch, pt215' fails: {failure_cause(out.stderr.splitlines())}"
+        return KernelProblem(f"{exe} -c 'import torch, pt215' fails: {failure_cause(out.stderr.splitlines())}")
     return None
 
 
-def probe_kernels() -> list[tuple[str, str | None]]:
-    """(name, None or the cause it fails) for each Python kernelspec jupyter_client finds."""
+def probe_kernels() -> list[tuple[str, KernelProblem | None]]:
+    """(name, None or why it fails) for each Python kernelspec jupyter_client finds."""
     try:
         from jupyter_client.kernelspec import KernelSpecManager
     except ImportError:
@@ -625,19 +527,22 @@ def probe_data() -> list[str]:
 # ---------------------------------------------------------------- the report
 
 
-def collect(launch: bool = True) -> list[Check]:
-    """Every check, in the order they are printed. `launch=False` skips the 4-rank job."""
-    t = probe_torch()
-    driver_cuda, driver = probe_driver()
-    n = len(t.devices)
+def collect(launch: bool = True, t: Torch | None = None) -> list[Check]:
+    """Every check, in the order they are printed. `launch=False` skips the 4-rank job; `t`: the installed torch
+    (`probe_torch()` when None)."""
+    t = probe_torch() if t is None else t
+    driver_cuda, driver = probe_driver() if t.cuda else (None, None)
+    n, macos = len(t.devices), probe_macos()
     checks = [
-        check_python(tuple(sys.version_info[:3])),
-        check_torch(t.version, t.cuda, t.hip, t.mps_built, t.error),
+        check_python(sys.version_info[:3]),
+        check_torch(t.version, t.error, t.installed),
+        check_wheel(t.cuda, t.hip, t.mps_built),
         check_gpus(t.devices),
-        check_driver(t.cuda, driver_cuda, driver, n),
+        check_driver(t.cuda, n, driver, driver_cuda),
         check_nccl(t.nccl, n),
         check_cudnn(t.cudnn, n),
-        check_mps(platform.system(), platform.mac_ver()[0] or None, t.mps_built, t.mps_available),
+        check_mps(platform.system(), macos, t.mps_built, t.mps_available),
+        check_macos_mps(macos),
         check_package("nixl", probe_package("nixl"), "chapter 3"),
         check_package("torchao", probe_package("torchao"), "chapter 5 (the NVFP4 cross-check)"),
         check_kernel(probe_kernels()),
@@ -670,14 +575,6 @@ def machine_summary() -> dict:
             "python": platform.python_version(), "date": dt.datetime.now().isoformat(timespec="seconds"), **hw}
 
 
-def _upgrade_checks() -> Callable[[], list[Check]] | None:
-    try:
-        from pt215.upgrade_checks import environment_checks
-    except ImportError:
-        return None
-    return environment_checks
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m pt215.doctor [--json] [--upgrade] [--no-launch]`: 0 when the machine can follow the CPU track."""
     p = argparse.ArgumentParser(prog="python -m pt215.doctor", description=main.__doc__)
@@ -685,15 +582,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--upgrade", action="store_true", help="also run the 'Upgrading a job to 2.15' environment checks")
     p.add_argument("--no-launch", action="store_true", help=f"skip the {LAUNCH}")
     a = p.parse_args(argv)
-    extra: list[Check] = []
-    if a.upgrade:
-        fn = _upgrade_checks()
-        if fn is None:
-            print("pt215.doctor --upgrade: the module pt215.upgrade_checks is not installed in this pt215; "
-                  "update the book (git pull) and re-run scripts/install.sh", file=sys.stderr)
-            return 2
-        extra = list(fn())
-    checks = collect(launch=not a.no_launch) + extra
+    t = probe_torch()
+    checks = collect(launch=not a.no_launch, t=t)
+    if a.upgrade:  # the checklist's checks the doctor has not run already (python, torch, wheel, driver are shared)
+        done = {c.name for c in checks}
+        checks += [c for c in environment_checks() if c.name not in done]
     failed = [c for c in checks if c.verdict == "fail"]
     code = 1 if failed else 0
     if a.json:
@@ -704,19 +597,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for c in checks:
         print(c.line())
     verdict = ("cannot follow the CPU track: fix the failed checks above" if failed
-               else "ready for the CPU track" + _tracks(checks))
+               else "ready for the CPU track" + _tracks(len(t.devices), checks))
     print(f"{len(checks)} checks: {verdict}")
     return code
 
 
-def _tracks(checks: Sequence[Check]) -> str:
-    by = {c.name: c for c in checks}
-    extra = []
-    gpus = by.get("GPUs")
-    if gpus is not None and gpus.verdict == "ok":
-        extra.append(gpus.detail.rsplit(": ", 1)[-1])
-    mps = by.get("MPS")
-    if mps is not None and mps.verdict == "ok":
+def _tracks(n_gpus: int, checks: Sequence[Check]) -> str:
+    """The tracks beyond the CPU one: the GPUs' (`gpu_track`), and the Apple Silicon track when MPS is available
+    on a macOS it supports."""
+    verdicts = {c.name: c.verdict for c in checks}
+    extra = [gpu_track(n_gpus)] if n_gpus else []
+    if verdicts.get("MPS") == verdicts.get("macos") == "ok":
         extra.append("the Apple Silicon track")
     return (" and " + " and ".join(extra)) if extra else ""
 

@@ -3,7 +3,7 @@
 ``show(alt)`` replaces ``plt.show()`` in the notebooks: it renders the current figure once, as a PNG whose
 ``text/plain`` is the alt text (what a screen reader or a text-only viewer gets instead of
 ``<Figure size 640x480 with 1 Axes>``) and whose output metadata carries ``alt`` and a display ``width``. The
-website's Sphinx extension (:mod:`pt215.book`) puts that alt text on the ``<img>``; the page's CSS scales the
+website's Sphinx extension (:mod:`pt215.site`) puts that alt text on the ``<img>``; the page's CSS scales the
 image down to the column (and onto a light card in dark mode).
 """
 

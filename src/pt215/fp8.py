@@ -12,8 +12,8 @@ What is here:
   (`cpu_fp8_matmul_problem`).
 - `quantize_experts`: stacked expert weights `(E, N, K)` quantized one expert at a time, for the FP8 experts
   of `pt215.moe` (routing, grouping and the expert matmuls live there).
-- `FP8Linear`, `fp8_model`: W8A8 FP8 (every GEMM through `scaled_mm`) versions of `pt215.model` models, the
-  MoE blocks through `pt215.moe.MoEVariant("fp8")`.
+- `FP8Linear`: an `nn.Linear` whose GEMM is W8A8 FP8 (through `scaled_mm`); `pt215.w8a8.fp8_model` converts a
+  whole `pt215.model` model with it (its MoE blocks through `pt215.moe.MoEVariant("fp8")`).
 - `gemv_bytes`: the bytes a decode matmul moves at least, the byte model of the chapter's decode comparisons
   (timed with `pt215.timing`, against `pt215.roofline.decode_floor_seconds`).
 
@@ -23,7 +23,6 @@ accuracy and API shape, never as a speed-up.
 
 from __future__ import annotations
 
-import copy
 import functools
 from dataclasses import dataclass
 from typing import Literal
@@ -40,7 +39,6 @@ __all__ = [
     "cpu_fp8_matmul_problem",
     "cuda_layout_problems",
     "fp8_grid",
-    "fp8_model",
     "gemv_bytes",
     "quantize",
     "quantize_experts",
@@ -309,7 +307,7 @@ def scaled_matmul(
     return reference_scaled_mm(xq.data, w.data.t(), xq.scale, sw, bias=bias, out_dtype=out_dtype)
 
 
-# ------------------------------------------------------------------------------------------ model surgery
+# ------------------------------------------------------------------------------------------ FP8 layer
 
 
 class FP8Linear(nn.Module):
@@ -326,32 +324,6 @@ class FP8Linear(nn.Module):
         out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.bfloat16
         y = scaled_matmul(x.reshape(-1, x.shape[-1]), self.weight, out_dtype=out_dtype)
         return y.view(*x.shape[:-1], self.out_features)
-
-
-def fp8_model(model: nn.Module, *, scaling: Scaling = "rowwise", experts: bool = True,
-              lm_head: bool = True) -> nn.Module:
-    """A deep copy of a `pt215.model.DecoderLM` with every GEMM in FP8 (W8A8 through `scaled_mm`).
-
-    Attention and dense-MLP linears become `FP8Linear`; MoE blocks become `MoEVariant("fp8")` when
-    `experts`; `lm_head` is converted when `lm_head`. The embedding, norms and router stay as they are.
-    """
-    from pt215.moe import MoEVariant  # pt215.moe builds on this module
-
-    if not hasattr(model, "layers") or not hasattr(model, "lm_head"):
-        raise ValueError("model must be a pt215.model.DecoderLM")
-    new = copy.deepcopy(model)
-    for blk in new.layers:
-        for name in ("wq", "wk", "wv", "wo"):
-            setattr(blk.attn, name, FP8Linear(getattr(blk.attn, name), scaling=scaling))
-        if hasattr(blk.mlp, "router"):
-            if experts:
-                blk.mlp = MoEVariant(blk.mlp, "fp8", scaling=scaling)
-        else:
-            for name in ("w1", "w2", "w3"):
-                setattr(blk.mlp, name, FP8Linear(getattr(blk.mlp, name), scaling=scaling))
-    if lm_head:
-        new.lm_head = FP8Linear(new.lm_head, scaling=scaling)
-    return new
 
 
 # ------------------------------------------------------------------------------------------ decode bytes

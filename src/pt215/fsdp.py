@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
 
+from pt215.moe import expert_matmul, expert_mlp, expert_mlp_dense, route, sort_routes
+
 __all__ = [
     "MoEConfig",
     "RMSNorm",
@@ -139,17 +141,17 @@ class Router(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`x` (tokens, dim) -> (probs fp32 (tokens, E), top-k indices (tokens, k), top-k weights (tokens, k)),
         by the book's one router, `pt215.moe.route`."""
-        from pt215.moe import route
-
         return route(self.gate(x.to(self.gate.weight.dtype)), self.top_k)
 
 
 class Experts(nn.Module):
     """`n_experts` two-layer SiLU MLPs stored as stacked 3-D weights (sharded along the expert dim).
 
-    `dispatch="sparse"` runs each expert on its own tokens (data-dependent shapes: a host sync per expert);
-    `dispatch="dense"` runs every expert on every token and zero-weights the unchosen ones: E/k times the
-    FLOPs, but static shapes and no host sync, which CUDA-graph capture needs.
+    The computation is `pt215.moe`'s (`w_in.mT`, `w_out.mT` are its `(E, N, K)` layout).
+    `dispatch="sparse"` runs each expert on its own tokens (`moe.expert_mlp` with `moe.moe_loop`:
+    data-dependent shapes, one host read of the expert boundaries per layer); `dispatch="dense"` runs every
+    expert on every token and zero-weights the unchosen ones (`moe.expert_mlp_dense`): E/k times the FLOPs,
+    but static shapes and no host sync, which CUDA-graph capture needs.
     """
 
     def __init__(self, n_experts: int, dim: int, hidden: int, dispatch: str = "sparse"):
@@ -158,23 +160,16 @@ class Experts(nn.Module):
         self.w_in = nn.Parameter(torch.randn(n_experts, dim, hidden) / math.sqrt(dim))
         self.w_out = nn.Parameter(torch.randn(n_experts, hidden, dim) / math.sqrt(hidden))
 
-    def forward(self, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """Tokens `x` (T, dim) go to experts `idx` (T, k), mixed with `weights` (T, k)."""
+    def forward(self, x: torch.Tensor, probs: torch.Tensor, idx: torch.Tensor,
+                weights: torch.Tensor) -> torch.Tensor:
+        """Tokens `x` (T, dim) go to experts `idx` (T, k), mixed with `weights` (T, k): the `Router`'s
+        `(probs, idx, weights)`. Returns (T, dim) in the experts' dtype."""
         x = x.to(self.w_in.dtype)
+        w_in, w_out = self.w_in.mT, self.w_out.mT
         if self.dispatch == "dense":
-            gates = torch.zeros(x.shape[0], self.w_in.shape[0], dtype=weights.dtype, device=x.device)
-            gates = gates.scatter(1, idx, weights)                          # (T, E), zero if not chosen
-            h = F.silu(torch.einsum("td,edh->eth", x, self.w_in))
-            y = torch.einsum("eth,ehd->etd", h, self.w_out)
-            return torch.einsum("etd,te->td", y, gates.to(y.dtype))
-        out = torch.zeros_like(x)
-        for e in range(self.w_in.shape[0]):
-            tok, slot = (idx == e).nonzero(as_tuple=True)
-            if tok.numel() == 0:
-                continue
-            h = F.silu(x[tok] @ self.w_in[e]) @ self.w_out[e]
-            out.index_add_(0, tok, h * weights[tok, slot].unsqueeze(-1).to(h.dtype))
-        return out
+            return expert_mlp_dense(x, idx, weights, w_in, w_out)
+        r = sort_routes(probs, idx, weights)
+        return expert_mlp(x, r, expert_matmul("loop", r.offs), w_in, w_out)
 
 
 class MoELayer(nn.Module):
@@ -197,7 +192,7 @@ class MoELayer(nn.Module):
         frac = chosen.sum(dim=0) / idx.numel()
         self.last_aux = self.n_experts * (frac * probs.mean(dim=0)).sum()
         self.last_idx = idx.detach()
-        return self.experts(flat, idx, weights).reshape(b, t, d).to(x.dtype)
+        return self.experts(flat, probs, idx, weights).reshape(b, t, d).to(x.dtype)
 
 
 class Block(nn.Module):

@@ -6,6 +6,8 @@ Used by every chapter (see chapter 0, "Before you start"): `report()` describes 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib.util
 import os
 import platform
@@ -13,13 +15,17 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
+from pt215.needs import describe_need, parse_need, sm_admits, version_tuple
+
 __all__ = ["CudaDevice", "HardwareReport", "report", "requires", "check", "sm_admits", "summary", "nvidia_smi",
-           "driver_version"]
+           "driver_version", "driver_cuda_version", "nccl_version", "describe_need"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class HardwareReport:
     macos: str | None = None
     nixl: bool = False
     torchao: bool = False
+    free_threaded: bool = False
 
     def as_dict(self) -> dict:
         """Plain-dict view (JSON-serialisable)."""
@@ -119,16 +126,21 @@ def _importable(name: str) -> bool:
         return False
 
 
+def nccl_version() -> tuple[int, ...] | None:
+    """The version of the NCCL library torch loads (`(2, 30, 7)`), or None in a build without NCCL (chapter 1)."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - any failure means "not available"
+        return None
+    return tuple(v) if isinstance(v, tuple) else None
+
+
 def _nccl_version() -> str | None:
-    if not torch.cuda.is_available():
-        # The CUDA wheel bundles NCCL even on a CPU-only machine; report it as bundled.
-        try:
-            v = torch.cuda.nccl.version()
-        except Exception:  # noqa: BLE001 - any failure means "not available"
-            return None
-        return ".".join(map(str, v)) + " (bundled, no GPU)" if isinstance(v, tuple) else str(v)
-    v = torch.cuda.nccl.version()
-    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    v = nccl_version()
+    if v is None:
+        return None
+    # The CUDA wheel bundles NCCL even on a CPU-only machine; report it as bundled.
+    return ".".join(map(str, v)) + ("" if torch.cuda.is_available() else " (bundled, no GPU)")
 
 
 def _cudnn_version() -> str | None:
@@ -166,6 +178,7 @@ def report() -> HardwareReport:
         macos=macos,
         nixl=_importable("nixl"),
         torchao=_importable("torchao"),
+        free_threaded=sysconfig.get_config_var("Py_GIL_DISABLED") == 1,
     )
 
 
@@ -181,11 +194,40 @@ def nvidia_smi(args: Sequence[str], timeout: float = 30.0) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def driver_version() -> str | None:
-    """The NVIDIA driver's version (`580.65.06`) from `nvidia-smi`, or None without one."""
+# `NVRM version: NVIDIA UNIX [Open ]Kernel Module[ for x86_64]  580.65.06  ...`; else any `NNN.N.N` in it.
+_PROC_DRIVER = (re.compile(r"Kernel Module(?: for [\w-]+)?\s+(\d+\.\d+(?:\.\d+)?)"),
+                re.compile(r"\s(\d{3}\.\d+\.\d+)\s"))
+
+
+def driver_version(proc: str | Path = "/proc/driver/nvidia/version") -> str | None:
+    """The NVIDIA driver's version (`580.65.06`): from the kernel module's `proc` file, else from `nvidia-smi`;
+    None without one."""
+    try:
+        text = Path(proc).read_text()
+    except OSError:
+        text = ""
+    for pattern in _PROC_DRIVER:
+        if m := pattern.search(text):
+            return m.group(1)
     out = nvidia_smi(["--query-gpu=driver_version", "--format=csv,noheader"])
     lines = out.strip().splitlines() if out else []
     return lines[0].strip() if lines else None
+
+
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The newest CUDA version the installed driver supports (`cuDriverGetVersion` of libcuda), or None without
+    a driver: what a CUDA wheel is compared with (chapter 0's doctor, chapter 7's checklist)."""
+    name = ctypes.util.find_library("cuda") or ("libcuda.so.1" if sys.platform.startswith("linux") else None)
+    if not name:
+        return None
+    try:
+        lib = ctypes.CDLL(name)
+        v = ctypes.c_int()
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value:
+            return v.value // 1000, (v.value % 1000) // 10
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 def summary() -> str:
@@ -193,51 +235,8 @@ def summary() -> str:
     return report().short()
 
 
-_NEED = re.compile(r"^(cuda(?:>=(\d+))?|sm_(\d+)|mps|macos>=(\d+(?:\.\d+)?)|nixl|torchao|nccl)$")
-
-
-def _describe(need: str) -> str:
-    m = _NEED.match(need)
-    assert m is not None
-    if need == "cuda":
-        return "a CUDA GPU"
-    if m.group(2):
-        return f">= {m.group(2)} CUDA GPUs"
-    if m.group(3):
-        cc = int(m.group(3))
-        if cc >= 100:
-            return f"a CUDA GPU of the sm_{cc // 10}x family (sm_{cc}+, not a later architecture)"
-        return f"a CUDA GPU of compute capability sm_{cc}+"
-    if need == "mps":
-        return "Apple MPS"
-    if m.group(4):
-        return f"macOS >= {m.group(4)}"
-    if need == "nccl":
-        return "NCCL with a CUDA GPU"
-    return f"the `{need}` package"
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
-
-
-def sm_admits(need_cc: str | int, capability: tuple[int, int]) -> bool:
-    """Whether a device of `capability` meets the need `sm_<need_cc>` (chapters 5 and 6).
-
-    Up to Hopper a need is a floor: `sm_89` (FP8) and `sm_90` are met by every later GPU. From Blackwell on,
-    the book's kernels are architecture-specific (tcgen05 GEMMs, cuDNN's SM100 attention): `sm_100` is met by
-    the sm_10x family (B200/GB200 10.0, B300 10.3) but not by sm_120 GeForce/RTX PRO cards, which lack them.
-    """
-    cc = int(need_cc)
-    want = (cc // 10, cc % 10)
-    if capability < want:
-        return False
-    return want[0] < 10 or capability[0] == want[0]
-
-
 def _met(need: str, hw: HardwareReport) -> bool:
-    m = _NEED.match(need)
-    assert m is not None
+    m = parse_need(need)
     n = len(hw.cuda_devices)
     if need == "cuda":
         return n >= 1
@@ -248,13 +247,15 @@ def _met(need: str, hw: HardwareReport) -> bool:
     if need == "mps":
         return hw.mps_available
     if m.group(4):
-        return hw.macos is not None and _version_tuple(hw.macos) >= _version_tuple(m.group(4))
+        return hw.macos is not None and version_tuple(hw.macos) >= version_tuple(m.group(4))
     if need == "nixl":
         return hw.nixl
     if need == "torchao":
         return hw.torchao
     if need == "nccl":
         return n >= 1 and torch.distributed.is_nccl_available()
+    if need == "free-threaded":
+        return hw.free_threaded
     raise AssertionError(need)
 
 
@@ -267,6 +268,8 @@ def _has(need: str, hw: HardwareReport) -> str:
         if hw.macos is None:
             return f"{hw.platform} (no MPS)"
         return f"macOS {hw.macos}, MPS {'available' if hw.mps_available else 'not available'}"
+    if need == "free-threaded":
+        return f"Python {hw.python} with the GIL"
     return "not installed"
 
 
@@ -275,11 +278,7 @@ def check(*needs: str, hw: HardwareReport | None = None) -> list[str]:
     if not needs:
         raise ValueError("check() needs at least one requirement, e.g. check('cuda>=2')")
     for need in needs:
-        if not isinstance(need, str) or not _NEED.match(need):
-            raise ValueError(
-                f"unknown requirement {need!r}; expected one of: 'cuda', 'cuda>=N', 'sm_NN' (e.g. 'sm_90', "
-                "'sm_100'), 'mps', 'macos>=N', 'nixl', 'torchao', 'nccl'"
-            )
+        parse_need(need)
     hw = hw or report()
     return [n for n in needs if not _met(n, hw)]
 
@@ -295,7 +294,7 @@ def requires(*needs: str, shows: str, hw: HardwareReport | None = None, file=Non
     missing = check(*needs, hw=hw)
     if not missing:
         return True
-    wanted = " and ".join(_describe(n) for n in missing)
+    wanted = " and ".join(describe_need(n) for n in missing)
     has = "; ".join(dict.fromkeys(_has(n, hw) for n in missing))
     print(f"[skipped] needs {wanted}; this machine has {has}. This cell would have shown {shows}.",
           file=file or sys.stdout)

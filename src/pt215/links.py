@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+from pt215.hardware import nvidia_smi
 
 __all__ = ["LinkPeak", "NVLINK_GBPS_PER_LINK", "PCIE_X16_GBPS", "link_peak", "parse_topology", "visible_gpus"]
 
@@ -85,7 +85,8 @@ def link_peak(n: int, capability: tuple[int, int], *, topo: str | None = None, p
     job spans nodes and the slowest link is the network: its peak is `net_gbps` when given, else unknown
     (`GBps` None). On one node, `topo` is `nvidia-smi topo -m` output and `pcie_gen` the PCIe generation
     (`nvidia-smi --query-gpu=pcie.link.gen.max`), both read from `nvidia-smi` when omitted; the GPUs are the
-    physical ones `CUDA_VISIBLE_DEVICES` (`visible`) maps ranks 0..n-1 to.
+    physical ones `CUDA_VISIBLE_DEVICES` (`visible`) maps ranks 0..n-1 to. Without `nvidia-smi` (absent, failing),
+    a peak that needs it raises FileNotFoundError; output it cannot read raises ValueError.
     """
     if local is None:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", n))
@@ -109,7 +110,7 @@ def link_peak(n: int, capability: tuple[int, int], *, topo: str | None = None, p
         return LinkPeak(f"NVLink {gen}", links * rate, f"{links} links x {rate:g} GB/s per direction "
                         f"(nvidia-smi topo -m: NV{links})")
     if pcie_gen is None:
-        pcie_gen = int(_smi(["--query-gpu=pcie.link.gen.max", "--format=csv,noheader"]).split()[0])
+        pcie_gen = _pcie_gen(_smi(["--query-gpu=pcie.link.gen.max", "--format=csv,noheader"]))
     if pcie_gen not in PCIE_X16_GBPS:
         raise ValueError(f"unknown PCIe generation {pcie_gen}")
     worst = next((c for c in ("SYS", "NODE", "PHB", "PXB", "PIX") if c in codes), codes[0])
@@ -118,7 +119,16 @@ def link_peak(n: int, capability: tuple[int, int], *, topo: str | None = None, p
 
 
 def _smi(args: list[str]) -> str:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        raise FileNotFoundError("nvidia-smi not found: link_peak needs it (or pass topo= and pcie_gen=)")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=30, check=True).stdout
+    out = nvidia_smi(args)
+    if out is None:
+        raise FileNotFoundError(f"nvidia-smi {' '.join(args)} gave nothing (not installed, failed or timed out): "
+                                "link_peak needs it (or pass topo= and pcie_gen=)")
+    return out
+
+
+def _pcie_gen(text: str) -> int:
+    first = text.split()[0] if text.split() else ""
+    if not first.isdigit():
+        raise ValueError(f"nvidia-smi --query-gpu=pcie.link.gen.max printed {text.strip()!r}, not a PCIe generation: "
+                         "pass pcie_gen=")
+    return int(first)

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pt215.book_files import book_root
-from pt215.moe import dispatch, moe_grouped
+from pt215.moe import dispatch, expert_matmul, expert_mlp
 
 __all__ = [
     "ModelConfig",
@@ -232,9 +232,9 @@ class MoE(nn.Module):
     """Top-k routed SwiGLU experts with stacked weights.
 
     Parameters: ``router`` (nn.Linear d -> E), ``w1``/``w3`` of shape (E, F, d) and ``w2`` of shape (E, d, F).
-    ``forward`` routes and sorts the (token, expert) pairs by expert (:func:`pt215.moe.dispatch`), runs
-    :func:`pt215.moe.moe_grouped` (one ``grouped_mm``) three times and scatters the results back weighted by the
-    renormalised router probabilities. After each forward, ``aux_loss`` holds
+    ``forward`` routes and sorts the (token, expert) pairs by expert (:func:`pt215.moe.dispatch`) and runs the
+    book's one expert MLP, :func:`pt215.moe.expert_mlp`, with one ``grouped_mm`` per projection: the results
+    are scattered back weighted by the renormalised router probabilities. After each forward, ``aux_loss`` holds
     the Switch-Transformer load-balancing loss and ``last_counts`` the tokens per expert.
     """
 
@@ -257,12 +257,8 @@ class MoE(nn.Module):
         x = x.reshape(-1, shape[-1])
         n, e = x.shape[0], self.w1.shape[0]
         r = dispatch(self.router(x), self.top_k)
-        xs = x[r.token_idx]
-        # validate=False: no host read of offs (dispatch built them), so a GPU step keeps running ahead
-        offs = r.offs
-        h = F.silu(moe_grouped(xs, self.w1, offs, validate=False)) * moe_grouped(xs, self.w3, offs, validate=False)
-        y = moe_grouped(h, self.w2, offs, validate=False) * r.weights[:, None].to(x.dtype)
-        out = torch.zeros_like(x).index_add_(0, r.token_idx, y)
+        # one grouped_mm per projection, no host read of the offsets, so a GPU step keeps running ahead
+        out = expert_mlp(x, r, expert_matmul("grouped", r.offs), self.w1, self.w2, self.w3)
         frac = r.counts.float() / max(n * self.top_k, 1)
         self.aux_loss = e * (frac * r.probs.mean(0)).sum()
         self.last_counts = r.counts.detach()

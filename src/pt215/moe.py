@@ -1,18 +1,21 @@
-"""The book's one mixture-of-experts (MoE): routing, grouping by expert, and the expert matmuls (chapters 4-6).
+"""The book's one mixture-of-experts (MoE): routing, grouping by expert, and the expert computation (chapters 4-6).
 
 - `route`: the router. Softmax in fp32 over the router logits, the top-k experts per token, their weights
   renormalised over the k chosen. The caller computes the logits, in the dtype it chooses (chapter 4 keeps
   the gate in fp32, chapter 5's model uses its own dtype, `SeededMoE` upcasts to fp32).
 - `group_by_expert`: sorts routed rows by expert and gives the int32 cumulative end offsets (`offs`) that
-  `torch.nn.functional.grouped_mm` wants. `dispatch` does `route` + `group_by_expert` in one step and returns
-  a `Routing`: the (token, expert) pairs sorted by expert, ready for the expert matmuls.
+  `torch.nn.functional.grouped_mm` wants. `sort_routes` sorts `route`'s (token, expert) pairs that way and
+  returns a `Routing`, ready for the expert matmuls; `dispatch` is `route` + `sort_routes` in one step.
 - `moe_grouped`: one `F.grouped_mm` call for all experts (bf16/fp16/fp32); `moe_loop`: its per-expert
   reference; `moe_loop_fp8`: FP8 experts, one `pt215.fp8.scaled_matmul` (`F.scaled_mm`) per expert, because
-  `grouped_mm` takes no FP8 and `F.scaled_grouped_mm` is CUDA-only.
+  `grouped_mm` takes no FP8 and `F.scaled_grouped_mm` is CUDA-only. `expert_matmul` picks one of the three.
+- `expert_mlp`: the experts' feed-forward, written once: each routed token through its experts' SiLU MLP
+  (or SwiGLU) by one of those matmuls, mixed with the router weights. `expert_mlp_dense`: the same with every
+  expert on every token (static shapes, no host read: what a CUDA graph can capture, chapter 4).
 - `SeededMoE`: a small seeded MoE feed-forward layer (router + SwiGLU experts) whose expert count and batch
   size the reader chooses (chapter 6). `MoEVariant`, `moe_variant`: the chapter-5 model's MoE blocks
   (`pt215.model.MoE`, built on `dispatch` and `moe_grouped`) with their experts computed by `grouped_mm`, a
-  loop, or FP8 `scaled_mm` (chapter 6).
+  loop, or FP8 `scaled_mm` (chapter 6). Chapter 4's `pt215.fsdp.Experts` runs `expert_mlp` with `moe_loop`.
 
 Expert weights are stacked `(E, N, K)` tensors: expert `e` computes `x @ w[e].T`.
 """
@@ -21,9 +24,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -38,16 +41,21 @@ __all__ = [
     "Routing",
     "SeededMoE",
     "dispatch",
+    "expert_matmul",
+    "expert_mlp",
+    "expert_mlp_dense",
     "group_by_expert",
     "moe_grouped",
     "moe_loop",
     "moe_loop_fp8",
     "moe_variant",
     "route",
+    "sort_routes",
 ]
 
 GROUPED_MM_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
 MoEImpl = Literal["grouped", "loop", "fp8"]
+ExpertMatmul = Callable[[torch.Tensor, Any], torch.Tensor]  # mm(rows grouped by expert, stacked weights)
 
 
 # ----------------------------------------------------------------------------------------------- routing
@@ -111,15 +119,23 @@ class Routing:
     offs: torch.Tensor
 
 
-def dispatch(logits: torch.Tensor, top_k: int) -> Routing:
-    """`route` the logits `(N, E)`, then sort the N*k (token, expert) pairs by expert (`group_by_expert`).
+def sort_routes(probs: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> Routing:
+    """Sort `route`'s output `(probs, idx, weights)` into a `Routing`: the N*k (token, expert) pairs by expert.
 
     The routed rows are `x[routing.token_idx]`; expert e owns rows `offs[e-1]:offs[e]` of them. Nothing is
     read on the host, so a GPU step keeps running ahead.
     """
-    probs, idx, weights = route(logits, top_k)
-    order, counts = _sort_by_expert(idx.reshape(-1), logits.shape[-1])
+    if idx.dim() < 1 or weights.shape != idx.shape or idx.shape[:-1] != probs.shape[:-1]:
+        raise ValueError(f"probs, idx, weights must be route's (N, E), (N, k), (N, k), got shapes "
+                         f"{tuple(probs.shape)}, {tuple(idx.shape)}, {tuple(weights.shape)}")
+    top_k = idx.shape[-1]
+    order, counts = _sort_by_expert(idx.reshape(-1), probs.shape[-1])
     return Routing(probs, order // top_k, weights.reshape(-1)[order], counts, counts.cumsum(0).to(torch.int32))
+
+
+def dispatch(logits: torch.Tensor, top_k: int) -> Routing:
+    """`route` the logits `(N, E)`, then `sort_routes`: the (token, expert) pairs sorted by expert."""
+    return sort_routes(*route(logits, top_k))
 
 
 # ------------------------------------------------------------------------------------------ expert matmuls
@@ -224,6 +240,59 @@ def moe_loop_fp8(
     return out
 
 
+def expert_matmul(impl: MoEImpl, offs: torch.Tensor, *, out_dtype: torch.dtype = torch.bfloat16) -> ExpertMatmul:
+    """The expert matmul `mm(rows, w)` for `expert_mlp`, over the groups `offs`: `moe_grouped` ("grouped"),
+    `moe_loop` ("loop") or `moe_loop_fp8` ("fp8", `w` a list of `FP8Tensor`, output in `out_dtype`).
+
+    The loops read the expert boundaries here, once (one host sync on a GPU or a Mac), for all the layer's
+    projections; `grouped_mm` reads none. `offs` comes from `sort_routes`, so none re-checks it.
+    """
+    if impl == "grouped":
+        return lambda a, w: moe_grouped(a, w, offs, validate=False)
+    if impl not in ("loop", "fp8"):
+        raise ValueError(f"impl must be 'grouped', 'loop' or 'fp8', got {impl!r}")
+    ends = offs.tolist()
+    if impl == "loop":
+        return lambda a, w: moe_loop(a, w, offs, validate=False, bounds=ends)
+    return lambda a, w: moe_loop_fp8(a, w, offs, out_dtype=out_dtype, validate=False, bounds=ends)
+
+
+def expert_mlp(x: torch.Tensor, r: Routing, mm: ExpertMatmul, w_in: Any, w_out: Any, w_up: Any = None, *,
+               mix_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Each token of `x` (N, K) through its top-k experts' MLPs, mixed with the router weights.
+
+    The routed rows `x[r.token_idx]` (grouped by expert) go through `h = silu(mm(rows, w_in))`, times
+    `mm(rows, w_up)` when `w_up` is given (SwiGLU, chapters 5-6), then `y = mm(h, w_out)`; `mm` is one of
+    `expert_matmul`'s. Each row of `y` is scaled by its router weight and added to its token's output in
+    `mix_dtype` (default `x.dtype`), one `index_add_` for all pairs (each output rounded once).
+    """
+    xs = x[r.token_idx]
+    h = F.silu(mm(xs, w_in))
+    if w_up is not None:
+        h = h * mm(xs, w_up)
+    dt = x.dtype if mix_dtype is None else mix_dtype
+    y = mm(h, w_out).to(dt) * r.weights[:, None].to(dt)
+    return torch.zeros(x.shape, dtype=dt, device=x.device).index_add_(0, r.token_idx, y)
+
+
+def expert_mlp_dense(x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor, w_in: torch.Tensor,
+                     w_out: torch.Tensor, w_up: torch.Tensor | None = None) -> torch.Tensor:
+    """`expert_mlp` with every expert on every token, the unchosen ones weighted 0 (chapter 4).
+
+    `idx`, `weights` (N, k) as `route` returns them; `w_in`, `w_out`, `w_up` stacked `(E, N, K)` tensors. E/k
+    times the FLOPs, but static shapes and no host read, which CUDA-graph capture needs.
+    """
+    if w_in.dim() != 3 or w_out.dim() != 3:
+        raise ValueError(f"w_in and w_out must be stacked expert weights (E, N, K), got shapes "
+                         f"{tuple(w_in.shape)} and {tuple(w_out.shape)}")
+    gates = torch.zeros(x.shape[0], w_in.shape[0], dtype=weights.dtype, device=x.device)
+    gates = gates.scatter(1, idx, weights)                                       # (N, E), zero if not chosen
+    h = F.silu(torch.einsum("tk,enk->etn", x, w_in))
+    if w_up is not None:
+        h = h * torch.einsum("tk,enk->etn", x, w_up)
+    y = torch.einsum("etk,enk->etn", h, w_out)
+    return torch.einsum("etn,te->tn", y, gates.to(y.dtype))
+
 
 # ---------------------------------------------------------------------------------------------- layers
 
@@ -263,30 +332,14 @@ class SeededMoE(nn.Module):
         if impl not in ("grouped", "loop", "fp8"):
             raise ValueError(f"impl must be 'grouped', 'loop' or 'fp8', got {impl!r}")
         r = dispatch(x.float() @ self.router.float().t(), self.top_k)  # fp32 logits
-        offs = r.offs
-        xs = x[r.token_idx].to(self.w_up.dtype)
+        w: dict[str, Any] = {n: getattr(self, n) for n in ("w_gate", "w_up", "w_down")}
         if impl == "fp8":
             if self._fp8 is None:
                 raise RuntimeError("call to_fp8() before forward(impl='fp8')")
-            q = self._fp8
-            ends = offs.tolist()  # one host read per layer, shared by the three projections (as in "loop")
-            h = (F.silu(moe_loop_fp8(xs, q["w_gate"], offs, validate=False, bounds=ends))
-                 * moe_loop_fp8(xs, q["w_up"], offs, validate=False, bounds=ends))
-            y = moe_loop_fp8(h, q["w_down"], offs, validate=False, bounds=ends)
-        else:
-            ends = offs.tolist() if impl == "loop" else None
-
-            def mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-                if impl == "grouped":
-                    return moe_grouped(a, w, offs, validate=False)
-                return moe_loop(a, w, offs, validate=False, bounds=ends)
-
-            h = F.silu(mm(xs, self.w_gate)) * mm(xs, self.w_up)
-            y = mm(h, self.w_down)
-        y = y.float() * r.weights[:, None]
-        out = torch.zeros(x.shape[0], x.shape[1], device=x.device)
-        out.index_add_(0, r.token_idx, y)
-        return out.to(x.dtype)
+            w = dict(self._fp8)
+        y = expert_mlp(x.to(self.w_up.dtype), r, expert_matmul(impl, r.offs), w["w_gate"], w["w_down"],
+                       w["w_up"], mix_dtype=torch.float32)
+        return y.to(x.dtype)
 
 
 class MoEVariant(nn.Module):
@@ -309,26 +362,14 @@ class MoEVariant(nn.Module):
         self.fp8 = ({n: quantize_experts(getattr(moe, n).detach().float(), scaling=scaling)
                      for n in ("w1", "w2", "w3")} if impl == "fp8" else None)
 
-    def _mm(self, x: torch.Tensor, name: str, offs: torch.Tensor, ends: list[int] | None) -> torch.Tensor:
-        if self.fp8 is not None:
-            out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.bfloat16
-            return moe_loop_fp8(x, self.fp8[name], offs, out_dtype=out_dtype, validate=False, bounds=ends)
-        w = getattr(self, name)
-        if self.impl == "grouped":
-            return moe_grouped(x, w, offs, validate=False)  # no host sync: what pt215.model.MoE does
-        return moe_loop(x, w, offs, validate=False, bounds=ends)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         r = dispatch(self.router(x), self.top_k)
-        xs = x[r.token_idx]
-        # The loops read the expert boundaries once per layer (one host sync, the same for bf16 and FP8);
-        # grouped_mm reads none.
-        ends = None if self.impl == "grouped" else r.offs.tolist()
-        h = F.silu(self._mm(xs, "w1", r.offs, ends)) * self._mm(xs, "w3", r.offs, ends)
-        y = self._mm(h, "w2", r.offs, ends) * r.weights[:, None].to(x.dtype)
-        return torch.zeros_like(x).index_add_(0, r.token_idx, y.to(x.dtype)).view(shape)
+        out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.bfloat16
+        w: dict[str, Any] = self.fp8 if self.fp8 is not None else {n: getattr(self, n) for n in ("w1", "w2", "w3")}
+        mm = expert_matmul(self.impl, r.offs, out_dtype=out_dtype)
+        return expert_mlp(x, r, mm, w["w1"], w["w2"], w["w3"]).view(shape)
 
 
 def moe_variant(model: nn.Module, impl: MoEImpl, *, scaling: Scaling = "rowwise") -> nn.Module:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["MIN_CXX_STANDARD", "cxx_standard_problems", "torch_target_version", "torch_include_dir",
-           "CompileCheck", "syntax_check"]
+           "CompileCheck", "syntax_check", "gil_after_extension"]
 
 MIN_CXX_STANDARD = 20
 """The C++ standard torch 2.15's headers and `torch.utils.cpp_extension` require."""
@@ -117,3 +117,32 @@ def syntax_check(code: str, *, std: str = "c++20", defines: Sequence[str] = (), 
     first = first.replace(include + os.sep, "").replace(src, "check.cpp")
     first = re.sub(r"^check\.cpp:\d+:\d+: ", "check.cpp: ", first)
     return CompileCheck(proc.returncode == 0, first.strip())
+
+
+_GIL_SOURCE = "int add_one(int x) { return x + 1; }"
+
+
+def gil_after_extension(build_directory: str) -> dict[str, object]:
+    """On a free-threaded Python (3.13t or later): whether the GIL is enabled after importing torch, and after
+    loading a `load_inline(..., gil_not_used=True)` module built in `build_directory`; with the module's result.
+
+    A module that does not declare `gil_not_used` makes CPython re-enable the GIL when it is imported (chapter 9,
+    notebook 1; `python -m pt215.verify --only ch9.free-threaded`).
+    """
+    import sys
+    import sysconfig
+
+    if sysconfig.get_config_var("Py_GIL_DISABLED") != 1:
+        raise RuntimeError("gil_after_extension needs a free-threaded Python (3.13t or later); this one has the GIL")
+    if not isinstance(build_directory, str) or not os.path.isdir(build_directory):
+        raise ValueError(f"build_directory must be an existing folder, got {build_directory!r}")
+    import torch  # noqa: F401 - importing torch is the first thing measured
+    from torch.utils import cpp_extension
+
+    after_torch = sys._is_gil_enabled()  # type: ignore[attr-defined] - 3.13+
+    module = cpp_extension.load_inline(name="pt215_gil_free", cpp_sources=[_GIL_SOURCE], functions=["add_one"],
+                                       gil_not_used=True, build_directory=build_directory, verbose=False)
+    return {"GIL after import torch": after_torch,
+            "GIL after the gil_not_used extension": sys._is_gil_enabled(),  # type: ignore[attr-defined]
+            "add_one(41)": module.add_one(41)}
+

@@ -43,6 +43,11 @@ __all__ = [
     "scaled_mm",
     "scaled_mm_foldable",
     "post_grad_scale_fold",
+    "DECODE_LAYER",
+    "decode_layer_gemms",
+    "decode_layer_operands",
+    "decode_layer",
+    "layer_kernels",
 ]
 
 BLOCK = 16
@@ -320,3 +325,58 @@ def post_grad_scale_fold(fn, operands: tuple[torch.Tensor, ...], *, max_autotune
             kw = normalize_function(n.target, n.args, n.kwargs, normalize_to_only_use_kwargs=True).kwargs
             carries |= kw["scale_result"] is not None
     return {"before": before, "after": ops(gm), "folded": folded, "scale_result": carries}
+
+
+# ------------------------------------------------------------------------------------------ a decode layer
+
+DECODE_LAYER = {"q": 128, "k": 32, "v": 32, "o": 128, "gate": 256, "up": 256, "down": 128}
+"""Output width N of each of a decode layer's seven GEMMs, all over K = 128 (chapter 5, notebook 5): a small
+Llama-style layer, since the graph and the generated code per GEMM do not depend on the sizes."""
+
+
+def decode_layer_gemms(*t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The seven NVFP4 products of one decode layer, each :func:`scaled_mm_foldable` (6 operands per GEMM)."""
+    if not t or len(t) % 6:
+        raise ValueError(f"decode_layer_gemms takes 6 operands per GEMM, got {len(t)}")
+    return tuple(scaled_mm_foldable(*t[i:i + 6]) for i in range(0, len(t), 6))
+
+
+def decode_layer_operands(rows: int = 16, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """The operands of :func:`decode_layer_gemms`: one activation of `rows` tokens quantized once, and one
+    quantized weight per GEMM of :data:`DECODE_LAYER` (seeded; :func:`mm_operands` per GEMM)."""
+    if not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"rows must be a positive int, got {rows!r}")
+    torch.manual_seed(seed)
+    a = quantize(torch.randn(rows, 128))
+    operands: list[torch.Tensor] = []
+    for n in DECODE_LAYER.values():
+        operands.extend(mm_operands(a, quantize(torch.randn(n, 128))))
+    return tuple(operands)
+
+
+def decode_layer() -> tuple[object, tuple[torch.Tensor, ...]]:
+    """`(decode_layer_gemms, decode_layer_operands())`: the target `pt215.inductor_code.generated_code` compiles."""
+    return decode_layer_gemms, decode_layer_operands()
+
+
+def layer_kernels(pdl: str, backends: str = "ATEN,TRITON,NVGEMM") -> list[str]:
+    """The CUDA kernels one call of the compiled decode layer launches on this GPU, from the profiler, with
+    ``nvgemm_pdl=pdl`` ("0", "1" or "auto"); needs a CUDA GPU (chapter 5, notebook 5, and ``pt215.verify``)."""
+    import torch._inductor.config as inductor_config
+    from torch.profiler import ProfilerActivity, profile
+
+    if pdl not in ("0", "1", "auto"):
+        raise ValueError(f"pdl must be '0', '1' or 'auto', got {pdl!r}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("layer_kernels needs a CUDA GPU (the kernels are counted by the profiler)")
+    operands = [t.cuda() for t in decode_layer_operands()]
+    torch._dynamo.reset()
+    with inductor_config.patch(max_autotune=True, max_autotune_gemm_backends=backends, nvgemm_pdl=pdl):
+        compiled = torch.compile(decode_layer_gemms)
+        compiled(*operands)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            compiled(*operands)
+            torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+

@@ -9,25 +9,7 @@ Exit status: 0 when nothing at `error` or `warning` severity was found (`info` f
 1 when something was, 2 on a usage error (a missing path, an unknown code, a bad `[tool.pt215.upgrade]` table)
 or an internal error. A file that cannot be read or parsed is a note on stderr and the scan goes on.
 
-Codes (stable; `--explain CODE` prints one, chapter 7 explains each):
-
-======  =======  ==================================================================================
-PT1501  warning  legacy flight-recorder variable (`TORCH_NCCL_TRACE_BUFFER_SIZE`, ...) without its TORCH_FR_ name
-PT1502  error    `TORCH_NCCL_ENABLE_FLIGHT_RECORDER`: no such variable
-PT1503  warning  `TORCH_DIST_USE_NCCL2`: only "0" does anything (the legacy backend, a rollback path)
-PT1504  warning  `"nccl-legacy"` backend name: the pre-2.15 `ProcessGroupNCCL`, a rollback path
-PT1505  warning  torch's `MixedPrecisionPolicy(param_dtype=<not fp32>)` with `reduce_dtype` None or absent
-PT1506  error    `acc_policy` value that `LinearCrossEntropyOptions` does not accept
-PT1507  warning  DCP save through a writer that pickles `.metadata`: readers must be on 2.15
-PT1508  error    Python 3.10 or older: requires-python, Docker images and ENV, CI matrices, conda/uv/pyenv
-PT1509  error    torch pinned below 2.15 while the scanned code uses a torch API new in 2.15
-PT1510  info     `torch.load(..., weights_only=False)` or `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD` (security lint)
-PT1511  error    `TORCH_TARGET_VERSION` newer than the 2.15 libtorch headers (a compile error)
-PT1512  warning  CUDA 12 wheel index (`whl/cu126`), `+cu12x` wheel or `nvidia-*-cu12` library
-PT1513  warning  NCCL below 2.15's NCCL2 gates, cuDNN below the 9.26 the 2.15 wheel requires
-PT1514  warning  a variable torch 2.15 reads nowhere (`TORCH_NCCL_AVOID_RECORD_STREAMS`)
-PT1515  info     `init_process_group("nccl")` without `device_id`
-======  =======  ==================================================================================
+Codes (stable): one table, `pt215.upgrade_rules.RULES`; `--explain CODE` prints one, chapter 7 explains each.
 
 Directories are walked recursively; `.venv`, `venv`, `_build`, `build`, `node_modules`, `__pycache__`,
 `site-packages` and hidden directories other than `.github`, `.gitlab`, `.circleci`, `.buildkite` are skipped
@@ -362,8 +344,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m pt215.upgrade",
         description="Find what PyTorch 2.15 changes in code and configs (Python and notebooks by ast; shell, "
                     "Dockerfile, CI, YAML, TOML, INI, JSON, requirements by pattern). Exit 0: nothing at error or "
-                    "warning severity; 1: findings; 2: usage or internal error. Codes PT1501-PT1515 (book, "
-                    "chapter 7); --explain CODE describes one.",
+                    f"warning severity; 1: findings; 2: usage or internal error. Codes {min(RULES)}-{max(RULES)} "
+                    "(book, chapter 7); --explain CODE describes one.",
         epilog="Configuration: [tool.pt215.upgrade] in the nearest pyproject.toml (select, ignore, extend-select, "
                "exclude, per-file-ignores). Silence a line with `# noqa` or `# noqa: PT15NN`.")
     ap.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to scan")

@@ -87,7 +87,18 @@ NEW_IN_215 = frozenset({
 CUDNN_215 = (9, 26)
 NCCL_215 = (2, 30, 7)
 
-_RULES = [
+def _by_code(rules: list[Rule]) -> dict[str, Rule]:
+    """The rules keyed by code, in order; two rules with one code are an error, not a silent overwrite."""
+    out: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.code in out:
+            raise ValueError(f"two rules have the code {rule.code}")
+        out[rule.code] = rule
+    return out
+
+
+#: Every rule of the scanner, by code (`python -m pt215.upgrade --explain CODE` prints one).
+RULES: dict[str, Rule] = _by_code([
     Rule("PT1501", "warning", "{name} is the legacy flight-recorder name",
          "add {new} next to it: 2.15's recorder reads {new} first and logs a deprecation warning for the legacy "
          "name; keep {name} while any job may roll back to nccl-legacy or TORCH_DIST_USE_NCCL2=0, whose "
@@ -163,8 +174,7 @@ _RULES = [
          evidence="ATen/ATen.h and torch/all.h: '#error C++20 or later compatible compiler is required'; "
                   "cpp_extension passes -std=c++20; TorchConfig.cmake adds INTERFACE cxx_std_20, so a CMake "
                   "project that uses find_package(Torch) is raised to C++20 unless it forces an -std= flag"),
-]
-RULES: dict[str, Rule] = {r.code: r for r in _RULES}
+])
 
 
 def finding(path: str, line: int, code: str, cell: int | None = None, **fmt: object) -> Finding:

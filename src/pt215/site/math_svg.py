@@ -3,7 +3,8 @@
 MathJax's Node build (fetched by `scripts/vendor_js.sh` into `_vendor/.mathjax-node/`) runs in one `node` process
 for the whole build; each `\\(...\\)` / `\\[...\\]` that Sphinx wrote into a page becomes MathJax's own
 `<mjx-container>` with an SVG inside (labelled with its TeX for screen readers). Without node or that folder the
-pages keep their TeX and the browser's MathJax renders it, as before. Used by :mod:`pt215.book` for every page.
+pages keep their TeX and the browser's MathJax renders it, as before. Used by :mod:`pt215.site.extension` for every
+page.
 """
 
 from __future__ import annotations

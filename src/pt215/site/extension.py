@@ -1,12 +1,8 @@
-"""Sphinx extension for the book's website: a hardware badge and a "last verified" stamp on chapter pages,
-numbered figures, skipped hardware cells as notes, link previews (:mod:`pt215.book_html`) and the whole book as
-one download (`scripts/build_download.py`, run when the HTML build finishes).
-
-Both come from files, never typed into a page by hand:
-- the badge from the `pt215.needs` key in a page's front matter (notebook sources and chapter `index.md`);
-- the stamp from the `pt215.verified` metadata that `scripts/regen.py` writes into each `.ipynb` when it
-  produces the reference outputs (torch version, hardware, date). A chapter's text page shows the stamps of
-  its notebooks. Used by every chapter page (see chapter 0, "Before you start").
+"""The website's Sphinx extension (`_config.yml` lists `pt215.site`): a hardware badge and a "last verified"
+stamp on chapter pages (:mod:`pt215.site.stamps`), numbered figures, skipped hardware cells as notes, link
+previews (:mod:`pt215.site.page_html`), math rendered at build time (:mod:`pt215.site.math_svg`), the workshop
+tables (:mod:`pt215.site.workshop`), the recorded hardware runs (:mod:`pt215.site.hardware_runs`) and the whole
+book as one download (`scripts/build_download.py`, run when the HTML build finishes).
 """
 
 from __future__ import annotations
@@ -17,80 +13,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["setup", "page_stamp", "read_front_matter"]
+from pt215.site import hardware_runs, workshop
+from pt215.site.config import configure_launch_buttons, read_book_config
+from pt215.site.math_svg import MathRenderer, render_math
+from pt215.site.page_html import break_names, describe_page, number_figures, skipped_notes
+from pt215.site.stamps import badge_html, page_stamp
 
-_FRONT = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.S)
+__all__ = ["DOWNLOAD", "figure_alt_texts", "label_table_cells", "setup"]
+
 # An empty plain-text output: the placeholder pt215.launch shows live output in (emptied when the run ends).
 _EMPTY_OUTPUT = re.compile(
     r'<div class="output text_plain[^"]*"><div class="highlight"><pre><span></span>\s*</pre></div>\s*</div>\s*')
-
-
-def read_front_matter(path: Path) -> dict[str, Any]:
-    """YAML front matter of a MyST markdown file ({} when there is none)."""
-    import yaml
-
-    m = _FRONT.match(path.read_text(encoding="utf-8"))
-    if not m:
-        return {}
-    data = yaml.safe_load(m.group(1)) or {}
-    return data if isinstance(data, dict) else {}
-
-
-def _notebook_meta(path: Path) -> dict[str, Any]:
-    meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
-    return meta.get("pt215", {}) or {}
-
-
-def _fmt_verified(v: dict[str, Any]) -> str:
-    return f"torch {v.get('torch', '?')} · {v.get('hardware', '?')} · {v.get('date', '?')}"
-
-
-def page_stamp(srcdir: Path, pagename: str) -> tuple[str | None, list[str]]:
-    """(needs text, verified stamps) for a page of the book, or (None, []) for pages outside chapters."""
-    if not pagename.startswith("chapters/"):
-        return None, []
-    base = srcdir / pagename
-    chapter = base.parent
-    needs: str | None = None
-    stamps: list[str] = []
-    if base.with_suffix(".ipynb").is_file():
-        meta = _notebook_meta(base.with_suffix(".ipynb"))
-        needs = meta.get("needs")
-        if meta.get("verified"):
-            stamps.append(_fmt_verified(meta["verified"]))
-    elif base.with_suffix(".md").is_file():
-        needs = (read_front_matter(base.with_suffix(".md")).get("pt215") or {}).get("needs")
-        for nb in sorted(chapter.glob("[0-9]*.ipynb")):
-            meta = _notebook_meta(nb)
-            if meta.get("verified"):
-                stamps.append(f"{nb.stem}: " + _fmt_verified(meta["verified"]))
-    return needs, stamps
-
-
-def _one_stamp(stamps: list[str]) -> str | None:
-    """One line for a chapter page's "notebook: torch · hardware · date" stamps when torch and hardware agree
-    (dates become a range), else None (one line per notebook)."""
-    if len(stamps) == 1:
-        return stamps[0] if ": " not in stamps[0] or " · " not in stamps[0] else stamps[0].split(": ", 1)[1]
-    bodies = [s.split(": ", 1)[-1].rsplit(" · ", 1) for s in stamps]
-    if any(len(b) != 2 for b in bodies) or len({b[0] for b in bodies}) != 1:
-        return None
-    dates = sorted({b[1] for b in bodies})
-    return f"{bodies[0][0]} · " + (dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}")
-
-
-def _badge_html(needs: str | None, stamps: list[str]) -> str:
-    parts = []
-    if needs:
-        parts.append(f'<span class="pt215-badge pt215-needs" title="What this page needs">'
-                     f"Hardware: {html.escape(str(needs))}</span>")
-    if stamps:
-        body = html.escape(_one_stamp(stamps)) if _one_stamp(stamps) else "<br>".join(html.escape(s) for s in stamps)
-        parts.append(f'<span class="pt215-badge pt215-verified" title="Reference outputs produced by '
-                     f'scripts/regen.py on this configuration">Last verified: {body}</span>')
-    if not parts:
-        return ""
-    return '<div class="pt215-badges">' + "".join(parts) + "</div>"
 
 
 _TABLE = re.compile(r"<table\b.*?</table>", re.S)
@@ -127,8 +60,6 @@ _NOTEBOOK_NUMBER = re.compile(r"(?:^|/)(\d\d)-(\d+)-[^/]*$")
 
 def _page_meta(context: dict, body: str) -> str:
     """A description and a preview image for link previews (the page's first paragraph and first figure)."""
-    from pt215.book_html import describe_page
-
     title = html.escape(_TAG.sub("", html.unescape(str(context.get("title") or ""))), quote=True)
     desc = html.escape(describe_page(body) or str(context.get("docstitle") or ""), quote=True)
     fig = re.search(r'<figure class="pt215-figure".*?href="([^"]+\.png)"', body, re.S)
@@ -143,17 +74,15 @@ def _page_meta(context: dict, body: str) -> str:
 
 
 def _math_renderer(app):
-    """The build's MathJax-in-Node renderer (pt215.book_math), or None where node or its MathJax is missing (the
+    """The build's MathJax-in-Node renderer (pt215.site.math_svg), or None where node or its MathJax is missing (the
     browser's MathJax then renders the TeX, as Sphinx set it up)."""
     if not hasattr(app, "pt215_math"):
-        from pt215.book_math import MathRenderer
-
         try:
             app.pt215_math = MathRenderer(Path(app.srcdir) / "_vendor" / ".mathjax-node" / "es5")
         except FileNotFoundError as e:
             from sphinx.util import logging
 
-            logging.getLogger(__name__).info(f"pt215.book: math left to the browser's MathJax ({e})")
+            logging.getLogger(__name__).info(f"pt215.site: math left to the browser's MathJax ({e})")
             app.pt215_math = None
     return app.pt215_math
 
@@ -161,20 +90,15 @@ def _math_renderer(app):
 def _on_page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
     if "body" not in context:
         return
-    from pt215.book_html import break_names, number_figures, skipped_notes
-
     renderer = _math_renderer(app)
     if renderer is not None:
-        from pt215.book_math import render_math
-
         context["body"] = render_math(context["body"], renderer)
     m = _NOTEBOOK_NUMBER.search(pagename)
     label = f"{int(m.group(1))}.{int(m.group(2))}" if m else ""
     body = skipped_notes(_EMPTY_OUTPUT.sub("", context["body"]))
     context["body"] = break_names(number_figures(label_table_cells(body), label))
     context["metatags"] = str(context.get("metatags") or "") + _page_meta(context, context["body"])
-    needs, stamps = page_stamp(Path(app.srcdir), pagename)
-    badge = _badge_html(needs, stamps)
+    badge = badge_html(*page_stamp(Path(app.srcdir), pagename))
     if not badge:
         return
     body = context["body"]
@@ -183,7 +107,7 @@ def _on_page_context(app, pagename: str, templatename: str, context: dict, doctr
 
 
 # What a page needs, recognised in its rendered body (MathJax: Sphinx math nodes not rendered to SVG at build
-# time by pt215.book_math, or TeX delimiters left in notebook outputs; the widget manager: embedded ipywidgets
+# time by pt215.site.math_svg, or TeX delimiters left in notebook outputs; the widget manager: embedded ipywidgets
 # state or views).
 _HAS_MATH = re.compile(r'class="math notranslate nohighlight(?![^"]*pt215-math)|\\\(|\\\[|\$\$')
 _HAS_WIDGETS = re.compile(r"application/vnd\.jupyter\.widget-(?:view|state)\+json")
@@ -270,9 +194,7 @@ def _set_figure_alt(app, doctree) -> None:
 
 
 def _launch_buttons_from_book_config(app, config) -> None:
-    """No button that points nowhere: the repository and launch buttons follow `repository.url` (pt215.book_config)."""
-    from pt215.book_config import configure_launch_buttons, read_book_config
-
+    """No button that points nowhere: the repository and launch buttons follow `repository.url` (pt215.site.config)."""
     config.html_theme_options = configure_launch_buttons(config.html_theme_options or {},
                                                          read_book_config(Path(app.srcdir)))
     # The theme's colour mode starts at "auto" (its default "" makes a first visit log "Got invalid theme mode: .").
@@ -297,7 +219,7 @@ def _build_download(app, exception) -> None:
     spec.loader.exec_module(module)
     target = Path(app.outdir) / DOWNLOAD
     if module.ZIP_NAME != target.name:
-        raise RuntimeError(f"pt215.book: the header links {DOWNLOAD}, the script writes {module.ZIP_NAME}")
+        raise RuntimeError(f"pt215.site: the header links {DOWNLOAD}, the script writes {module.ZIP_NAME}")
     module.build(Path(app.srcdir), target.parent)
 
 
@@ -308,10 +230,6 @@ def setup(app) -> dict[str, Any]:
     app.connect("config-inited", _keep_own_static_files, priority=400)
     app.connect("html-page-context", _on_page_context)
     app.connect("html-page-context", _page_scripts, priority=900)
-    from pt215.workshop_pages import register  # the "Running a workshop" tables (agenda, hub sizing)
-
-    register(app)
-    from pt215.hardware_runs import setup as hardware_runs  # {hardware-runs}: recorded pt215.verify runs
-
-    hardware_runs(app)
+    workshop.register(app)  # the "Running a workshop" tables (agenda, hub sizing)
+    hardware_runs.setup(app)  # {hardware-runs}: recorded pt215.verify runs
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,4 +1,4 @@
-"""What the website's Sphinx extension (:mod:`pt215.book`) does to a page's rendered HTML, as plain functions.
+"""What the website's Sphinx extension (:mod:`pt215.site.extension`) does to a page's rendered HTML, as plain functions.
 
 - figures shown with `pt215.figures.show` become numbered figures with a visible caption (their alt text) and a
   note that a tap opens them full size;

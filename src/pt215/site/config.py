@@ -3,7 +3,7 @@ opened on its own (a download, Colab, Binder, a hub) installs `pt215`.
 
 One place: `repository.url` (and `branch`), `repository.install` (a pip requirement; by default derived from the
 URL) and `launch_buttons.jupyterhub_url`. With no URL there is no repository, Binder or Colab button; with no hub
-there is no hub button (`configure_launch_buttons`, run by `pt215.book` when the site is built). Every notebook's
+there is no hub button (`configure_launch_buttons`, run by `pt215.site` when the site is built). Every notebook's
 first code cell is `setup_cell_source(...)` of these settings; `scripts/sync_setup_cell.py` writes it and a test
 checks it. Used by the website and every notebook (see "Install and run").
 """

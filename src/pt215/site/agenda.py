@@ -8,7 +8,7 @@ the facilitator notes (`chapters/workshop/notes.md`), each chapter's exercise sl
 live. `schedule(chapters, cut)` is a pure function that turns them into a one-day or half-day timetable:
 setup with the doctor, each chapter's opener next to its first notebook, the notebooks (run live or walked
 through), the exercise, breaks with a buffer before each, and a wrap-up with feedback. The
-`workshop-agenda` directive (registered by `pt215.book`) renders it, so the agenda changes when a notebook, a
+`workshop-agenda` directive (registered by `pt215.site`) renders it, so the agenda changes when a notebook, a
 measurement or the notes do.
 """
 

@@ -1,6 +1,6 @@
 """Sphinx directives of the "Running a workshop" part: tables generated from the notebooks and measurements.
 
-- `workshop-agenda` (option `:cut: day` or `half`): the timetable `pt215.agenda.schedule` builds from the
+- `workshop-agenda` (option `:cut: day` or `half`): the timetable `pt215.site.agenda.schedule` builds from the
   notebooks, their run times measured with N participants at once and the facilitator notes, so the agenda
   page holds no typed-in minutes;
 - `workshop-hub-sizing`: processes, cores, memory (RSS and PSS) and disk per chapter, from
@@ -10,7 +10,7 @@
 - `workshop-install-size`: what the participant install downloads and takes on disk, default and `--cpu`,
   from `data/workshop/install-size.json` (written by `scripts/measure_install_size.py`).
 
-Registered by `pt215.book.setup`.
+Registered by `pt215.site.setup`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 from sphinx import addnodes
 
-from pt215.agenda import CONCURRENT_RUNS, CUTS, NOTES, Row, load_run_times, read_notebooks, schedule
+from pt215.site.agenda import CONCURRENT_RUNS, CUTS, NOTES, Row, load_run_times, read_notebooks, schedule
 
 __all__ = ["register"]
 
@@ -313,7 +313,7 @@ class InstallSizeDirective(Directive):
 
 
 def register(app) -> None:
-    """Add the workshop directives to a Sphinx app (called from `pt215.book.setup`)."""
+    """Add the workshop directives to a Sphinx app (called from `pt215.site.setup`)."""
     app.add_directive("workshop-agenda", AgendaDirective)
     app.add_directive("workshop-hub-sizing", HubSizingDirective)
     app.add_directive("workshop-concurrent-runs", ConcurrentRunsDirective)
