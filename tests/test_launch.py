@@ -109,9 +109,12 @@ def test_processes_ignoring_sigterm_are_killed(tmp_path, unique_name):
 @pytest.mark.slow
 def test_interrupt_cleans_up(tmp_path, unique_name):
     path = script(tmp_path, unique_name, HANG)
+    # SIGINT as a notebook kernel receives it: default disposition, even when this suite runs from a shell that
+    # started it in the background (which ignores SIGINT for its children)
     driver = subprocess.Popen(
         [sys.executable, "-c", f"from pt215.launch import run; run({str(path)!r}, nproc=2, timeout=300)"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
         while running_processes(unique_name) < 3 and time.monotonic() < deadline:  # launcher + 2 ranks
