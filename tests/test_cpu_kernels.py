@@ -72,6 +72,6 @@ CPU_SENSITIVE = ["chapters/03-nixl-transfers/03-2-kv-migration.ipynb",
                     reason="this machine's own kernels are AVX2 already: the main run covers it")
 def test_cpu_sensitive_notebooks_hold_with_avx2_kernels():
     env = {**os.environ, **AVX2_ONLY}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--no-header", *CPU_SENSITIVE],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--no-header", "-n", "0", *CPU_SENSITIVE],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:]

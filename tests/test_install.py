@@ -15,8 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "install.sh"
-TOOLCHAIN = {"jupyter-book", "sphinx", "myst-nb", "myst-parser", "pytest", "nbval", "playwright", "ruff",
-             "sphinx-book-theme", "pydata-sphinx-theme", "jupyter-cache", "jupytext"}
+TOOLCHAIN = {"jupyter-book", "sphinx", "myst-nb", "myst-parser", "pytest", "pytest-xdist", "execnet", "nbval",
+             "playwright", "ruff", "sphinx-book-theme", "pydata-sphinx-theme", "jupyter-cache", "jupytext"}
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 

@@ -392,9 +392,15 @@ def _op_text(e: Mapping[str, Any]) -> str:
     return f"{e['profiling_name']} {list(e['input_sizes'])} {list(e.get('input_dtypes', []))}"
 
 
-def _position(d: RankDump) -> tuple[str, str | None]:
-    """(text, group name) of the rank's oldest collective that has not completed, if any."""
-    pending = [e for e in d.entries if not e.get("is_p2p") and not _completed(d, e)]
+def _position(d: RankDump, done_by_a_peer: set[tuple[str, int]] | frozenset = frozenset()) -> tuple[str, str | None]:
+    """(text, group name) of the rank's oldest collective that has not completed, if any.
+
+    A collective some member of its group has completed is not one this rank waits in, even where its own entry
+    still reads "started": a peer can only finish it once every rank has contributed, and a rank's recorder may
+    mark its last collective completed late (`done_by_a_peer`: (group name, sequence id) pairs).
+    """
+    pending = [e for e in d.entries if not e.get("is_p2p") and not _completed(d, e)
+               and (e["process_group"][0], e["collective_seq_id"]) not in done_by_a_peer]
     if not pending:
         return "not in a collective", None
     e = min(pending, key=lambda e: e["record_id"])
@@ -430,7 +436,9 @@ def diagnose(dump_dir: str | Path | Mapping[int, RankDump], *, allow_incomplete:
     if not dumps:
         raise DumpError("diagnose(): no dumps given")
     groups, fixes = _groups(dumps)
-    positions = {r: _position(d) for r, d in dumps.items()}
+    done_by_a_peer = {(e["process_group"][0], e["collective_seq_id"]) for d in dumps.values() for e in d.entries
+                      if not e.get("is_p2p") and _completed(d, e)}
+    positions = {r: _position(d, done_by_a_peer) for r, d in dumps.items()}
     findings: list[Finding] = []
     for name, g in groups.items():
         members = list(g["ranks"])  # a member without a dump counts as missing ("no dump")
