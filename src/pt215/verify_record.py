@@ -1,5 +1,5 @@
 """The record of one `python -m pt215.verify` run, as typed fields: written by `pt215.verify`, read by the
-website (`pt215.site.hardware_runs`) from `data/hardware-runs/*.json` (schema 1; chapters 0-6 and 8).
+website (`pt215.site.hardware_runs`) from `data/hardware-runs/*.json` (schema 1; chapters 0-6, 8 and 9).
 
     RunRecord(schema, date, command, seconds, machine: MachineRecord, checks: [CheckRecord], boundary)
 
