@@ -200,3 +200,11 @@ def test_free_threaded_is_a_need_this_gil_python_lacks():
     buf = io.StringIO()
     assert not requires("free-threaded", shows="the GIL state", hw=fake(), file=buf)
     assert "needs a free-threaded Python" in buf.getvalue() and "Python 3.11.7 with the GIL" in buf.getvalue()
+
+
+def test_unmet_is_the_one_skip_sentence():
+    from pt215 import hardware
+
+    assert hardware.unmet("free-threaded", hw=fake(free_threaded=True)) is None
+    assert hardware.unmet("cuda>=2", "nccl", hw=fake()) == (
+        "needs >= 2 CUDA GPUs and NCCL with a CUDA GPU; this machine has no CUDA GPU")

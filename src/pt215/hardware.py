@@ -25,7 +25,7 @@ import torch
 from pt215.needs import describe_need, parse_need, sm_admits, version_tuple
 
 __all__ = ["CudaDevice", "HardwareReport", "report", "requires", "check", "sm_admits", "summary", "nvidia_smi",
-           "driver_version", "driver_cuda_version", "nccl_version", "describe_need"]
+           "driver_version", "driver_cuda_version", "nccl_version", "describe_need", "unmet"]
 
 
 @dataclass(frozen=True)
@@ -290,12 +290,20 @@ def requires(*needs: str, shows: str, hw: HardwareReport | None = None, file=Non
     """
     if not shows or not isinstance(shows, str):
         raise ValueError("requires(): `shows` must say what the cell would have shown, e.g. shows='busbw'")
+    reason = unmet(*needs, hw=hw)
+    if reason is None:
+        return True
+    print(f"[skipped] {reason}. This cell would have shown {shows}.", file=file or sys.stdout)
+    return False
+
+
+def unmet(*needs: str, hw: HardwareReport | None = None) -> str | None:
+    """None when this machine meets every need; else "needs <what>; this machine has <what it has>", the words
+    of a gated cell's skip line and of `python -m pt215.verify`'s skip reason."""
     hw = hw or report()
     missing = check(*needs, hw=hw)
     if not missing:
-        return True
+        return None
     wanted = " and ".join(describe_need(n) for n in missing)
     has = "; ".join(dict.fromkeys(_has(n, hw) for n in missing))
-    print(f"[skipped] needs {wanted}; this machine has {has}. This cell would have shown {shows}.",
-          file=file or sys.stdout)
-    return False
+    return f"needs {wanted}; this machine has {has}"

@@ -71,10 +71,8 @@ def run_paths(paths: Sequence[GatedPath], hw: HardwareReport | None = None, *, e
     for p in paths:
         row: dict[str, Any] = {"id": p.id, "chapter": p.chapter, "title": p.title, "where": p.where,
                                "needs": p.needs, "mode": fake_cuda.MODE if p.fake else REAL}
-        missing = hardware.check(*p.needs, hw=hw) if p.needs else []
-        if missing:
-            wanted = " and ".join(hardware.describe_need(n) for n in missing)
-            reason = f"needs {wanted}; this machine: {hw.short()}"
+        reason = hardware.unmet(*p.needs, hw=hw) if p.needs else None
+        if reason is not None:
             results.append(CheckRecord(**row, status="skipped", reason=reason))
             continue
         clock = Stopwatch()
