@@ -199,7 +199,8 @@ def test_free_threaded_is_a_need_this_gil_python_lacks():
     assert check("free-threaded", hw=fake()) == ["free-threaded"]
     buf = io.StringIO()
     assert not requires("free-threaded", shows="the GIL state", hw=fake(), file=buf)
-    assert "needs a free-threaded Python" in buf.getvalue() and "Python 3.11.7 with the GIL" in buf.getvalue()
+    assert "needs a free-threaded Python" in buf.getvalue()
+    assert "this machine has a Python with the GIL" in buf.getvalue()
 
 
 def test_unmet_is_the_one_skip_sentence():
