@@ -19,7 +19,7 @@ PY=${PYTHON:-python3}
 VENV=.venv
 CPU=0 UV=0 HERE=0 DRY=0 PY_SET=0
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "install.sh: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do

@@ -193,7 +193,7 @@ def measure(path: Path, timeout: int) -> dict:
             if secs is not None:
                 cells.append({"cell": i, "seconds": round(secs, 1), "silent_s": round(client.longest_silence(i), 1)})
     return {
-        "notebook": str(path.relative_to(ROOT)),
+        "notebook": _name(path),
         "chapter": path.parent.name,
         "wall_s": round(wall, 1),
         "peak_processes": sampler.max_procs,
@@ -294,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure N participants running each notebook at once (write to --out)")
     p.add_argument("--budget-min", type=float, default=15.0,
                    help="with --concurrent: start no new notebook after this many minutes (default 15)")
+    p.add_argument("--note", default="", help="a sentence on the conditions of this run (e.g. a shared, loaded "
+                   "machine), added to the file's provenance notes; earlier notes are kept")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one participant of --concurrent
     a = p.parse_args(argv)
     paths = [n.resolve() for n in a.notebooks] or sorted(ROOT.glob("chapters/*/[0-9]*.ipynb"))
@@ -321,21 +323,35 @@ def main(argv: list[str] | None = None) -> int:
         concurrent(paths, a.concurrent, a.timeout, a.budget_min * 60, write)
         return 0
     at_start = conditions()
-    rows = []
+    rows: list[dict] = []
+    notes: list[str] = []
     if a.out.is_file() and a.notebooks:  # measuring a few notebooks updates their rows only
-        rows = [r for r in json.loads(a.out.read_text())["notebooks"]
-                if r["notebook"] not in {str(n.relative_to(ROOT)) for n in paths}]
+        old = json.loads(a.out.read_text())
+        rows = [r for r in old["notebooks"] if r["notebook"] not in {_name(n) for n in paths}]
+        notes = list(old["provenance"].get("notes", []))
+    if a.note:
+        notes.append(f"{dt.date.today().isoformat()}: {a.note}")
+    command = "python scripts/measure_hub_sizing.py " + " ".join(_name(n) for n in paths)
     for n in paths:
         before = conditions()
-        row = {**measure(n, a.timeout), "measured": dt.date.today().isoformat(), "conditions_before": before}
+        row = {**measure(n, a.timeout), "measured": dt.date.today().isoformat(), "command": command,
+               "conditions_before": before}
         print(json.dumps(row), flush=True)
         rows.append(row)
     rows.sort(key=lambda r: r["notebook"])
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    prov = {**provenance(), "conditions_at_start": at_start, "conditions_at_end": conditions()}
+    prov = {**provenance(), "conditions_at_start": at_start, "conditions_at_end": conditions(),
+            **({"notes": notes} if notes else {})}
     a.out.write_text(json.dumps({"provenance": prov, "notebooks": rows}, indent=1) + "\n")
     print(f"wrote {_rel(a.out)}", file=sys.stderr)
     return 0
+
+
+def _name(path: Path) -> str:
+    """A notebook's name in the data files: its path in the checkout, or `chapters/<its folder>/<file>` for a copy
+    measured outside it (a chapter not yet in this checkout, copied to a scratch folder with its scripts)."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else f"chapters/{path.parent.name}/{path.name}"
 
 
 def _rel(path: Path) -> str:

@@ -6,7 +6,8 @@
 Needs the website built (`jupyter-book build .`, README command 1) and Debian's chromium, the browser the site
 test drives through Playwright. Each chapter's page (objectives, the idea, key points, exercises with their
 solutions, troubleshooting) is opened in the light theme and printed on A4 with the browser's print styles,
-which leave out the navigation bars; the facilitator notes and the agenda print as `workshop-*.pdf`.
+which leave out the navigation bars; the workshop pages (agenda, email, participant checklist, notes, tracks)
+print as `workshop-*.pdf`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 CHROMIUM = Path("/usr/bin/chromium")
-WORKSHOP = ("index", "agenda", "notes", "tracks")
+WORKSHOP = ("index", "agenda", "email", "checklist", "notes", "tracks")
 
 
 def pages(site: Path, only: list[str]) -> list[tuple[str, Path]]:

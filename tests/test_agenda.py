@@ -249,3 +249,41 @@ def test_freed_time_is_filled_again():
     slack = sum(r.minutes for r in s.rows if r.kind == "buffer")
     smallest_step = min(minutes(n, False) for c in chapters for n in c.notebooks)
     assert slack < smallest_step + agenda.BUFFER_MIN * 4 + 60  # buffers and granularity, not a wasted hour
+
+
+# ---------------------------------------------------------------- a day in two parts: the morning, then tracks
+
+
+def test_the_morning_opens_with_setup_and_the_afternoon_ends_with_the_wrap_up():
+    chapters = book(3, 2, seconds=60)
+    morning, afternoon = schedule(chapters, "morning"), schedule(chapters, "afternoon")
+    assert morning.rows[0].kind == "setup" and "wrapup" not in {r.kind for r in morning.rows}
+    assert morning.rows[0].clock == "09:00" and morning.end <= CUTS["morning"].blocks[-1][1]
+    assert afternoon.rows[0].kind == "chapter" and afternoon.rows[0].clock == "13:30"
+    assert [r.kind for r in afternoon.rows][-2:] == ["wrapup", "buffer"] and afternoon.fits
+
+
+def test_select_chapters_keeps_book_order_and_names_the_missing_ones():
+    chapters = book(4, 1)  # folders 00 .. 03
+    got, missing = agenda.select_chapters(chapters, ["03", "01", "11-capstone"])
+    assert [c.doc for c in got] == ["chapters/01/index", "chapters/03/index"] and missing == ["11-capstone"]
+    with pytest.raises(ValueError, match="folders must be a list of chapter folder names"):
+        agenda.select_chapters(chapters, "01")
+
+
+def test_the_book_tracks_fit_their_afternoon(book_root):
+    chapters = read_notebooks(book_root)
+    tracks = {"distributed": ["02-flight-recorder", "03-nixl-transfers", "08-pipeline-parallelism"],
+              "serving": ["05-nvfp4-decoding", "06-fp8-mps"], "platform": ["07-upgrading", "09-native-code"]}
+    for name, folders in tracks.items():
+        got, missing = agenda.select_chapters(chapters, folders)
+        assert not missing, name
+        s = schedule(got, "afternoon")
+        assert s.fits and s.rows[0].clock == "13:30", name
+    got, missing = agenda.select_chapters(chapters, ["11-capstone"])
+    if missing:
+        pytest.skip("the capstone chapter is not in this checkout")
+    for cut in ("morning", "half"):
+        s = schedule(got, cut)
+        assert s.fits and {r.kind for r in s.rows if r.doc.startswith("chapters/11-")} <= {"live", "chapter",
+                                                                                           "exercise"}, cut

@@ -93,3 +93,21 @@ def test_errors():
         paged_attention_reference(q, kp, kp, cu, bt, su, enable_gqa=False)
     with pytest.raises(ValueError, match="pages"):
         gather_pages(kp, bt[0], 9)
+
+
+def test_block_table_figure_draws_the_pool():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pt215.attention import block_table_figure
+
+    pool = PagePool(num_pages=6, page_size=2, n_kv_heads=1, head_dim=4)
+    seqs = [pool.add_sequence() for _ in range(2)]
+    pool.append(seqs[0], torch.zeros(3, 1, 4), torch.zeros(3, 1, 4))
+    pool.append(seqs[1], torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))
+    fig, _ = block_table_figure(pool, seqs)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="PagePool"):
+        block_table_figure(pool, [])

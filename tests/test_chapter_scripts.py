@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from pt215 import boundary
 from pt215.book_files import chapter_script
 from pt215.launch import run
+from pt215.verify import boundary
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p for p in ROOT.glob("chapters/*/*.py") if p.name != "conftest.py")
@@ -62,10 +62,11 @@ NOT_HERE = {
                                            "precision override abort)",
     "02-flight-recorder/debug_server.py": "waits through a straggler's stall and the debug server's dump rounds "
                                           "(about 20 s on 3 ranks); notebook 2.5 runs it",
-    "02-flight-recorder/gloo_no_autodump.py": "times out on purpose (a 3 s gloo timeout, then waits for a dump "
+    "02-flight-recorder/gloo_no_autodump.py": "times out on purpose (a 2 s gloo timeout, then waits for a dump "
                                               "torch does not write); notebook 2.4 runs it",
     "01-collectives-nccl2/time_estimate.py": "needs >= 2 CUDA GPUs on NCCL (dist._time_estimator, CUDA events)",
     "01-collectives-nccl2/window_put.py": "needs >= 2 CUDA GPUs and NCCL >= 2.29 (an NCCL2 window)",
+    "01-collectives-nccl2/blocking_wait.py": "needs a CUDA GPU and NCCL (NCCL2's blocking wait)",
 }
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pt215 import doctor
-from pt215.checks import Check
+from pt215.upgrade.environment import Check
 
 GOOD_LAUNCH = {"results": {r: {"sum": 6.0, "world": 4} for r in range(4)}, "left": 0}
 REAL_PROBE_LAUNCH = doctor.probe_launch
@@ -117,7 +117,7 @@ def test_failed_or_leaky_launch_fails(healthy):
 
 
 def test_driver_is_probed_only_for_a_cuda_wheel(healthy):
-    """The driver check is the upgrade checklist's (`pt215.upgrade_checks.check_driver`), fed by the doctor's probes."""
+    """The driver check is the upgrade checklist's (`upgrade.environment.check_driver`), fed by the doctor's probes."""
     healthy.setattr(doctor, "probe_driver", lambda: pytest.fail("a CPU wheel needs no driver probe"))
     healthy.setattr(doctor, "probe_torch", lambda: doctor.Torch("2.15.0", nccl="2.30.7"))
     assert by_name(doctor.collect())["driver"].verdict == "skip"
@@ -152,10 +152,10 @@ def test_the_summary_names_the_tracks_from_the_probes_not_the_text(healthy, caps
 
 
 def test_the_environment_checks_are_the_upgrade_checklists():
-    from pt215 import upgrade_checks
+    from pt215.upgrade import environment
 
     for name in ("check_python", "check_torch", "check_wheel", "check_driver", "check_macos_mps"):
-        assert not hasattr(doctor, name) or getattr(doctor, name) is getattr(upgrade_checks, name), name
+        assert not hasattr(doctor, name) or getattr(doctor, name) is getattr(environment, name), name
 
 
 def test_json_report(healthy, capsys):
@@ -198,7 +198,7 @@ def test_missing_book_data_names_each_file_and_the_reason(monkeypatch):
 
 
 def test_upgrade_runs_the_upgrade_chapter_checks(healthy, capsys):
-    pytest.importorskip("pt215.upgrade_checks")
+    pytest.importorskip("pt215.upgrade.environment")
     assert doctor.main(["--upgrade", "--no-launch"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("[ok] nccl backend:") for line in lines)
@@ -338,8 +338,9 @@ def test_cxx_check_says_what_is_missing_and_what_to_do():
     assert old.verdict == "warn" and "countr_zero" in old.detail and "C++20" in old.fix
 
 
-def test_fp8_warning_says_the_notebooks_fall_back():
+def test_fp8_warning_says_what_still_runs():
     from pt215 import doctor
 
     c = doctor.check_fp8("torch._scaled_mm fails on this CPU's kernels (AVX2): could not create a primitive")
-    assert c.verdict == "warn" and "reference path" in c.detail and "falls back" in c.detail
+    assert c.verdict == "warn" and "reference path" in c.detail and "only tensorwise torch._scaled_mm" in c.detail
+    assert "F.scaled_mm" in c.detail

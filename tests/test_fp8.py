@@ -156,7 +156,8 @@ def test_reference_scaled_mm_errors():
 
 @pytest.fixture
 def cpu_without_fp8_kernels(monkeypatch):
-    """This CPU as one whose oneDNN cannot build the FP8 matmul: every scaled matmul call raises, as there."""
+    """A CPU on which every scaled matmul call raises: a stand-in for `scaled_matmul`'s fallback. (Where oneDNN is held
+    below AMX only tensorwise `torch._scaled_mm` raises; `F.scaled_mm` never calls oneDNN on a CPU.)"""
 
     def no_kernel(*args, **kwargs):
         raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
@@ -266,3 +267,98 @@ def test_quantize_checks_finite_on_cpu_and_only_on_request_elsewhere():
     with pytest.raises(ValueError, match="inf or nan"):
         fp8.quantize(x)
     assert fp8.quantize(x, check_finite=False).data.shape == (1, 2)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_rowwise_output_dtype_goes_to_the_kernel_as_asked(out_dtype, monkeypatch):
+    """2.15's CUDA rowwise check accepts bf16, fp16 and fp32 outputs: no bf16 detour for an fp32 result."""
+    from pt215.verify.fake_cuda import cuda_tensor, simulated_gpu
+
+    asked = []
+    real = F.scaled_mm
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["output_dtype"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_mm", spy)
+    with simulated_gpu((9, 0)):
+        w = quantize(cuda_tensor(32, 64), scaling="rowwise")
+        y = fp8.scaled_matmul(cuda_tensor(4, 64), w, out_dtype=out_dtype)
+    assert asked == [out_dtype] and y.dtype == out_dtype and tuple(y.shape) == (4, 32)
+
+
+def test_the_cuda_rowwise_output_rule_quoted_is_the_installed_one():
+    """The string the chapter quotes is in the installed libtorch_cuda.so (where a CUDA build is installed)."""
+    from pathlib import Path
+
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
+    if not lib.is_file():
+        pytest.skip("not a CUDA build of torch")
+    import mmap
+
+    with open(lib, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+        assert text.find(b"Only bf16, fp16, and fp32 high precision output types are supported for row-wise "
+                         b"scaling.") >= 0
+        assert text.find(b"Only bf16 high precision output types are supported for row-wise scaling") < 0
+
+
+def test_draw_scales_draws_both_scalings_from_quantize():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x, w = torch.randn(4, 16), torch.randn(6, 16)
+    fig, axes = fp8.draw_scales(x, w)
+    titles = [ax.get_title() for ax in axes]
+    assert titles[0].startswith("tensorwise") and titles[1].startswith("rowwise")
+    plt.close(fig)
+    with pytest.raises(ValueError, match="K differs"):
+        fp8.draw_scales(x, torch.randn(6, 8))
+    with pytest.raises(ValueError, match="small example"):
+        fp8.draw_scales(torch.randn(40, 16), w)
+
+
+def test_scaled_mm_v1_on_cpu_is_the_reference_path_without_onednn_and_close_to_it_with_it():
+    """`torch._scaled_mm` on CPU: tensorwise goes to oneDNN where the processor has AMX (other last bits), rowwise
+    and every call elsewhere take the reference path. The bounds the chapter states, on its five shapes and three
+    seeds: fp32 relative difference below 1e-6; in bf16 under 0.1 % of the elements differ, by at most 16 steps
+    of their own (near-zero results), and never by more than one bf16 step of the output's largest value."""
+    import warnings
+
+    shapes = [(1, 256, 128), (4, 256, 128), (16, 512, 256), (33, 1024, 64), (64, 1024, 256)]
+    tw, rw = F.ScalingType.TensorWise, F.ScalingType.RowWise
+    for seed in range(3):
+        for m, k, n in shapes:
+            g = torch.Generator().manual_seed(seed)
+            x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g) / 16
+            qx, qw = quantize(x), quantize(w)
+            rx, rw_ = quantize(x, scaling="rowwise"), quantize(w, scaling="rowwise")
+            sbr = rw_.scale.reshape(1, n).contiguous()
+            for od in (torch.float32, torch.bfloat16):
+                ref = fp8.reference_scaled_mm(qx.data, qw.data.t(), qx.scale, qw.scale, out_dtype=od)
+                v2 = F.scaled_mm(qx.data, qw.data.t(), qx.scale, tw, qw.scale, tw, output_dtype=od)
+                assert torch.equal(v2, ref)
+                # rowwise: the reference path on every CPU, oneDNN enabled or not
+                ref_r = fp8.reference_scaled_mm(rx.data, rw_.data.t(), rx.scale, sbr, out_dtype=od)
+                assert torch.equal(torch._scaled_mm(rx.data, rw_.data.t(), rx.scale, sbr, out_dtype=od), ref_r)
+                assert torch.equal(F.scaled_mm(rx.data, rw_.data.t(), rx.scale, rw, sbr, rw, output_dtype=od), ref_r)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    with torch.backends.mkldnn.flags(enabled=False):
+                        off = torch._scaled_mm(qx.data, qw.data.t(), qx.scale, qw.scale, out_dtype=od)
+                assert torch.equal(off, ref)
+                try:
+                    on = torch._scaled_mm(qx.data, qw.data.t(), qx.scale, qw.scale, out_dtype=od)
+                except RuntimeError as e:  # oneDNN held below AMX on an AMX machine
+                    assert "primitive descriptor" in str(e)
+                    continue
+                if od == torch.float32:
+                    assert fp8.rel_error(ref, on) < 1e-6
+                else:
+                    d = (on.float() - ref.float()).abs()
+                    own_step = torch.exp2(torch.floor(torch.log2(ref.float().abs().clamp_min(2.0**-126))) - 7)
+                    assert (d > 0).float().mean() < 1e-3
+                    assert (d / own_step).max() <= 16
+                    assert d.max() <= 2.0 ** (torch.floor(torch.log2(ref.float().abs().max())) - 7)

@@ -17,19 +17,30 @@ from pt215.fsdp import (
     MoETransformer,
     RMSNorm,
     Router,
+    TraceSpan,
+    all_gather_layout,
     capture_step,
+    decode_all_gather,
+    draw_all_gather_bytes,
+    draw_comm_timeline,
     expert_load,
     fsdp_units,
+    graph_split_accumulation,
     keep_fp32_override,
     local_grad_step,
     metadata_state_lengths,
     plain_twin,
+    profile_spans,
     record_forward_dtypes,
+    reduce_cost_text,
+    reduce_scatter_ms,
+    reduce_scatter_widget,
     router_flip_rate,
     routing_flips,
     shard_model,
     strip_stride_metadata,
     synthetic_batch,
+    trace_spans,
     unsharded_params,
 )
 from pt215.launch import run
@@ -238,7 +249,7 @@ def test_twin_shares_fsdp_unsharded_parameters_and_accumulates_like_fsdp(pg):
 
 def test_captured_step_shape_checks_on_fake_cuda():
     """`python -m pt215.verify`'s fake check of the captured step: forward on fake CUDA, the whole step on meta."""
-    from pt215.gated_checks import ch4_fake_graph_step
+    from pt215.verify.checks import ch4_fake_graph_step
 
     out = ch4_fake_graph_step().figures
     assert out["forward (fake cuda)"] == "loss [] float32"
@@ -278,6 +289,17 @@ out["before_finalize"] = log.count("reduce_scatter")
 m.set_requires_gradient_sync(True)
 m.finalize_backward()
 out["after_finalize"] = log.count("reduce_scatter")
+m, _ = build({}, True)
+log = install_comm_counters(m, keep_bytes=True)
+blk = m.blocks[0]
+blk.unshard()  # one all-gather of a mixed (uint8) unit, its bytes kept
+rec = [r for r in log.records if r.unit == "blocks.0"][-1]
+params = dict(blk.named_parameters())
+shards = [(n, str(p.dtype).removeprefix("torch."), p.numel() // 2) for n, p in params.items()]
+dec = decode_all_gather(rec.gathered, all_gather_layout(shards, 2))
+out["gathered"] = {"dtype": rec.dtype, "n": len(rec.gathered), "sent": len(rec.sent),
+                   "equal": all(torch.equal(dec[n], p.detach().reshape(-1)) for n, p in params.items())}
+blk.reshard()
 report(out)
 shutdown()
 """
@@ -299,6 +321,9 @@ def test_two_ranks_all_gather_reduce_scatter_and_finalize(tmp_path):
             assert all(v == [ag] for v in out[label]["fwd_dtypes"].values()), label
             assert all(v == [rs] for v in out[label]["rs_dtypes"].values()), label
         assert out["before_finalize"] == {} and out["after_finalize"] == one
+        # the layout computed from the parameters alone reads a real block's gathered bytes back exactly
+        assert out["gathered"]["dtype"] == "uint8" and out["gathered"]["equal"]
+        assert out["gathered"]["n"] == 2 * out["gathered"]["sent"]
 
 
 def test_shard_model_and_units_reject_bad_input(pg):
@@ -348,3 +373,160 @@ def test_dcp_cross_version_writes_both_checkpoints_and_reads_them_back(tmp_path,
     assert read["as-written"] == read["stripped"] == {"loaded": True, "values_equal": True}
     with pytest.raises(SystemExit):
         mod.main(["write", str(tmp_path / "ck")])  # not empty: refused before anything is written
+
+
+# ---------------------------------------------------------------- the all-gather buffer, byte by byte
+
+
+def test_all_gather_layout_is_rank_major_in_parameter_order():
+    lay = all_gather_layout([("w", "bfloat16", 4), ("s", "float32", 2)], 2)
+    assert [(s.rank, s.name, s.offset, s.nbytes) for s in lay] == [
+        (0, "w", 0, 8), (0, "s", 8, 8), (1, "w", 16, 8), (1, "s", 24, 8)]
+    w = torch.tensor([1.0, -2.0, 0.5, 3.0, -1.5, 0.25, 2.0, -4.0], dtype=torch.bfloat16)
+    sc = torch.tensor([1.0, 1.5, 0.75, 2.0])
+    raw = []
+    for r in (0, 1):  # what each rank sends: its shard of each parameter, as bytes
+        raw += w[4 * r:4 * r + 4].view(torch.uint8).tolist() + sc[2 * r:2 * r + 2].view(torch.uint8).tolist()
+    out = decode_all_gather(raw, lay)
+    assert torch.equal(out["w"], w) and torch.equal(out["s"], sc)
+
+
+@pytest.mark.parametrize("args, match", [
+    (([("w", "bfloat16", 4)], 0), "world must be an int >= 1"),
+    (([], 2), "at least one parameter"),
+    (([("w", "bfloat16", -1)], 2), "shard numel"),
+    (([("w", "bf16", 4)], 2), "not a torch dtype name"),
+])
+def test_all_gather_layout_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        all_gather_layout(*args)
+
+
+def test_decode_and_draw_check_the_buffer_size():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    lay = all_gather_layout([("w", "bfloat16", 4)], 2)
+    with pytest.raises(ValueError, match="has 3 bytes, the layout describes 16"):
+        decode_all_gather([0, 1, 2], lay)
+    fig, _ = draw_all_gather_bytes([0] * 16, lay)
+    assert fig is not None
+    with pytest.raises(ValueError, match="too many to draw"):
+        draw_all_gather_bytes([0] * 128, all_gather_layout([("w", "float32", 16)], 2))
+
+
+# ---------------------------------------------------------------- collectives on a profiler timeline
+
+
+def _trace() -> dict:
+    ev = [
+        {"ph": "X", "name": "microbatch 0", "cat": "user_annotation", "ts": 1000.0, "dur": 900.0, "tid": 1},
+        {"ph": "X", "name": "c10d::_allgather_base_", "cat": "cpu_op", "ts": 1010.0, "dur": 5.0, "tid": 1},
+        {"ph": "X", "name": "gloo:all_gather", "cat": "cpu_op", "ts": 1020.0, "dur": 100.0, "tid": 2},
+        {"ph": "X", "name": "c10d::_reduce_scatter_base_", "cat": "cpu_op", "ts": 1500.0, "dur": 5.0, "tid": 1},
+        {"ph": "X", "name": "gloo:all_reduce", "cat": "cpu_op", "ts": 1510.0, "dur": 200.0, "tid": 3},
+        {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1100.0, "dur": 5.0, "tid": 1},
+        {"ph": "M", "name": "thread_name", "ts": 0, "tid": 2},
+    ]
+    return {"traceEvents": ev}
+
+
+def test_trace_spans_keeps_collectives_backend_work_and_marks(tmp_path):
+    import json
+
+    spans = trace_spans(_trace(), marks=("microbatch",))
+    assert [(s.lane, s.kind, s.name) for s in spans] == [
+        ("step", "mark", "microbatch 0"), ("calls", "all_gather", "c10d::_allgather_base_"),
+        ("backend", "all_gather", "gloo:all_gather"), ("calls", "reduce_scatter", "c10d::_reduce_scatter_base_"),
+        ("backend", "reduce_scatter", "gloo:all_reduce")]  # gloo's all_reduce carries the reduce-scatter
+    assert spans[0].start_ms == 0.0 and spans[-1].end_ms == pytest.approx(0.71)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_trace()))
+    assert trace_spans(path, marks=("microbatch",)) == spans
+    assert [s.lane for s in trace_spans(_trace())] == ["calls", "backend", "calls", "backend"]
+    with pytest.raises(ValueError, match="Chrome trace"):
+        trace_spans({"events": []})
+    with pytest.raises(ValueError, match="not one string"):
+        trace_spans(_trace(), marks="microbatch")
+
+
+def test_profile_spans_reads_back_an_exported_trace_and_draws():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from torch.profiler import record_function
+
+    def step():
+        with record_function("microbatch 0"):
+            torch.ones(64, 64).sum()
+
+    spans = profile_spans(step, marks=("microbatch",))
+    assert [(s.lane, s.name) for s in spans] == [("step", "microbatch 0")]  # one process: no collectives
+    fig, _ = draw_comm_timeline({"a": trace_spans(_trace(), marks=("microbatch",)), "b": spans})
+    assert fig is not None
+    with pytest.raises(TypeError, match="must be callable"):
+        profile_spans(3)
+    with pytest.raises(ValueError, match="at least one"):
+        draw_comm_timeline({})
+    assert TraceSpan("step", "mark", "x", 0.0, 1.0).end_ms == 1.0
+
+
+# ---------------------------------------------------------------- what a reduce-scatter costs at scale
+
+
+def test_reduce_scatter_ms_is_nccl_tests_arithmetic():
+    # 8e9 fp32 gradients on 8 ranks at 450 GB/s: 32 GB x 7/8 / 450 GB/s = 62.2 ms
+    assert reduce_scatter_ms(8e9, 8, 450.0) == pytest.approx(8e9 * 4 * 7 / 8 / 450e9 * 1e3)
+    assert reduce_scatter_ms(8e9, 8, 450.0, bytes_per_param=2.0, per_step=4) == pytest.approx(
+        4 * reduce_scatter_ms(8e9, 8, 450.0) / 2)
+    assert reduce_scatter_ms(1e9, 1, 100.0) == 0.0  # one rank: nothing to exchange
+    assert reduce_cost_text(8e9, 8, 450.0).splitlines() == [
+        "fp32 reduce-scatters: 62.22 ms per step", "bf16 reduce-scatters: 31.11 ms per step",
+        "fp32 adds:            31.11 ms per step"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_params": 0, "world": 8, "busbw_gbps": 1.0}, "n_params must be a positive number"),
+    ({"n_params": 1e9, "world": 0, "busbw_gbps": 1.0}, "world must be an int >= 1"),
+    ({"n_params": 1e9, "world": 8, "busbw_gbps": float("nan")}, "busbw_gbps must be a positive number"),
+    ({"n_params": 1e9, "world": 8, "busbw_gbps": 1.0, "per_step": 1.5}, "per_step must be an int"),
+    ({"n_params": 1e9, "world": True, "busbw_gbps": 1.0}, "world must be an int"),
+])
+def test_reduce_scatter_ms_rejects_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        reduce_scatter_ms(**kwargs)
+
+
+def test_reduce_scatter_widget_computes_what_python_prints():
+    """The widget's JavaScript gives the same three lines as `reduce_cost_text` (run with node when present)."""
+    import json
+    import shutil
+    import subprocess
+
+    from pt215 import fsdp
+
+    presets = {"8B on 8 GPUs": (8e9, 8, 450.0, 1), "70B": (70e9, 64, 50.0, 8)}
+    html = reduce_scatter_widget(presets).data
+    assert html == reduce_scatter_widget(presets).data and 'data-preset="70B"' in html
+    assert reduce_cost_text(8e9, 8, 450.0).splitlines()[0] in html  # the first preset, shown before any script
+    with pytest.raises(ValueError, match="must be \\(n_params, world, busbw_gbps, per_step\\)"):
+        reduce_scatter_widget({"x": (1e9, 8)})
+    with pytest.raises(ValueError, match="world must be an int"):
+        reduce_scatter_widget({"x": (1e9, 0, 1.0, 1)})
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the JavaScript half is checked by the site test")
+    cases = [(8e9, 8, 450.0, 1), (70e9, 64, 50.0, 1), (78496, 2, 0.018, 4), (1.5e9, 3, 100.0, 2), (13e9, 16, 180.0, 1),
+             (2.5e8, 4, 12.5, 3)]
+    loop = "console.log(JSON.stringify(globalThis.pt215ReduceCost(c[0], c[1], c[2], c[3], 4, 2)))"
+    js = fsdp._COST_JS.replace("(window)", "(globalThis)") + f"\nfor (const c of {json.dumps(cases)}) {loop};"
+    run_js = subprocess.run([node, "-e", js], capture_output=True, text=True, check=True, timeout=60)
+    lines = run_js.stdout.splitlines()
+    assert [json.loads(x) for x in lines] == [reduce_cost_text(*c) for c in cases]
+
+
+@pytest.mark.parametrize("args, match", [((1, 2, 0), "micro must be an int >= 2"), ((2, 0, 0), "n_windows must be"),
+                                         ((True, 1, 0), "micro must be an int")])
+def test_graph_split_accumulation_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        graph_split_accumulation(*args)

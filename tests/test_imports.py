@@ -101,3 +101,41 @@ def test_the_package_graph_is_read():
 def test_no_import_cycle(package):
     cycle = find_cycle(import_graph(package))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# ---------------------------------------------------------------- the house: two tools in rooms of their own
+
+TOOLS = ("pt215.upgrade", "pt215.verify", "pt215.site")
+#: Reader-facing modules allowed to import a tool, and why: the doctor shares the upgrade checklist's environment
+#: checks (chapter 7 teaches them; the doctor runs the same ones before a workshop). `boundary` is the old spelling
+#: of `python -m pt215.verify.boundary`, kept as an alias.
+ALLOWED = {"pt215.doctor": {"pt215.upgrade.environment"}, "pt215.boundary": {"pt215.verify.boundary"}}
+
+
+def test_no_flat_module_is_named_for_a_tool():
+    flat = sorted(p.name for p in PACKAGE.glob("*.py") if p.name.startswith(("upgrade_", "gated_", "verify_")))
+    assert flat == [], f"these belong in pt215/upgrade/ or pt215/verify/: {flat}"
+    assert (PACKAGE / "upgrade" / "__main__.py").is_file() and (PACKAGE / "verify" / "__main__.py").is_file()
+
+
+def test_reader_modules_import_no_tool_package():
+    graph = import_graph()
+    readers = {m for m in graph if m != "pt215" and not m.startswith(tuple(t + "." for t in TOOLS)) and m not in TOOLS}
+    offenders = {}
+    for m in sorted(readers):
+        bad = {n for n in graph[m] if n.startswith(TOOLS)} - ALLOWED.get(m, set())
+        if bad:
+            offenders[m] = sorted(bad)
+    assert offenders == {}, offenders
+
+
+def test_the_package_docstring_maps_every_reader_module():
+    """`pt215/__init__.py`'s docstring is the reader's map: one line per flat module, subpackages named."""
+    import pt215
+
+    doc = pt215.__doc__ or ""
+    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    missing = [m for m in flat if f"`{m}`" not in doc]
+    assert missing == [], f"pt215/__init__.py's docstring does not name: {missing}"
+    for sub in ("upgrade", "verify", "site"):
+        assert f"`{sub}/`" in doc

@@ -58,3 +58,20 @@ def test_layer_kernels_needs_a_gpu_and_a_known_pdl():
         nvfp4.layer_kernels("on")
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         nvfp4.layer_kernels("0")
+
+
+def test_launch_elements_gives_each_generated_kernel_its_size():
+    assert inductor_code.launch_elements(WRAPPER) == [
+        ("triton_poi_fused_mul_0", 1), ("extern_kernels._scaled_mm", None), ("triton_poi_fused_mul_t_1", 2048)]
+
+
+def test_generate_many_names_a_bad_job():
+    with pytest.raises(ValueError, match="at least one"):
+        inductor_code.generate_many([])
+    with pytest.raises(ValueError, match="capability must be"):
+        inductor_code.generate_many([{"target": "pt215.nvfp4:decode_layer", "capability": (10, 0, 1)}])
+
+
+def test_the_simulation_says_what_it_skips():
+    doc = inductor_code.__doc__
+    assert "joint_graph.lazy_init" in doc and "pad_mm" in doc and "SDPA" in doc

@@ -272,3 +272,27 @@ def test_moe_loop_bounds_are_checked():
     assert torch.equal(moe.moe_loop(x, w, offs, validate=False, bounds=[1, 4]), ref)
     with pytest.raises(ValueError, match="bounds must be 2 Python ints"):
         moe.moe_loop(x, w, offs, bounds=[4])
+
+
+def test_draw_grouping_shows_one_call_and_one_matmul_per_non_empty_expert():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = moe.draw_grouping(torch.tensor([2, 2, 3, 5], dtype=torch.int32))
+    texts = [t.get_text() for t in ax.texts]
+    assert any(t.startswith("one call: F.grouped_mm") for t in texts)
+    assert sum(t.startswith(("x[", "w[")) for t in texts) == 3  # experts 0, 2, 3; expert 1 has no rows
+    plt.close(fig)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        moe.draw_grouping([3, 2])
+
+
+def test_count_mm_calls_sees_the_cpu_fallback_visit_every_expert():
+    x, w = torch.randn(4, 8), torch.randn(3, 8, 8)
+    offs = torch.tensor([1, 1, 4], dtype=torch.int32)  # expert 1 gets no rows
+    assert moe.count_mm_calls(lambda: moe.moe_grouped(x, w, offs)) == 3  # empty experts included
+    assert moe.count_mm_calls(lambda: moe.moe_loop(x, w, offs)) == 2
+    with pytest.raises(TypeError, match="fn must be callable"):
+        moe.count_mm_calls(3)

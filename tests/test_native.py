@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from pt215.native import cxx_standard_problems, syntax_check, torch_target_version
+from pt215.native import cxx_standard_problems, include_chain, syntax_check, torch_target_version
 
 
 @pytest.mark.parametrize("text, found", [
@@ -64,3 +64,32 @@ def test_target_version_newer_than_headers_fails_to_compile():
     assert not newer.ok and "TORCH_TARGET_VERSION is newer than the libtorch headers" in newer.first_error
     assert newer.first_error.startswith("torch/csrc/stable/version.h:")  # relative to the include dir
     assert syntax_check(code, defines=[f"TORCH_TARGET_VERSION={torch_target_version(2, 10)}"]).ok
+
+
+def test_syntax_check_rejects_a_bad_error_limit():
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="max_errors"):
+            syntax_check("int x;", max_errors=bad)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="needs a C++ compiler")
+def test_a_cxx17_extension_build_stops_at_the_cxx20_guard():
+    r = syntax_check("#include <torch/extension.h>\nint main() { return 0; }\n", std="c++17", max_errors=1)
+    assert not r.ok and r.where() == "torch/csrc/api/include/torch/all.h:9"
+    assert len(r.errors) == 1 and "C++20 or later compatible compiler is required to use PyTorch" in r.first_error
+    assert "/" + "site-packages" not in r.first_error  # no machine path
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="needs a C++ compiler")
+def test_a_snippet_that_compiles_has_no_errors():
+    r = syntax_check("int main() { return 0; }\n", std="c++17")
+    assert r.ok and r.errors == () and r.first_error == "" and r.where() == ""
+
+
+def test_include_chain_follows_the_installed_headers():
+    chain = include_chain("torch/library.h", "c10/util/Bitset.h")
+    assert chain[0] == "torch/library.h" and chain[-2:] == ["ATen/core/dispatch/DispatchKeyExtractor.h",
+                                                            "c10/util/Bitset.h"]
+    assert include_chain("c10/util/Bitset.h", "torch/library.h") == []  # Bitset.h includes no torch/library.h
+    with pytest.raises(ValueError, match="not a torch header"):
+        include_chain("torch/no_such_header.h", "c10/util/Bitset.h")

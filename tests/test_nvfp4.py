@@ -178,3 +178,92 @@ def test_installed_inductor_has_the_fallback_and_fold_the_book_describes():
                    'scale_val.device.type == "cuda"', "scale_val.dim() == 0", "_pointwise_chain_can_fuse_to_output"):
         assert needle in check, needle
     assert "aten._scaled_mm.default" in inspect.getsource(post_grad._fold_scaled_mm_output_scale)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_roundtrip_is_quantize_then_dequantize_bit_for_bit(scale, dtype):
+    g = torch.Generator().manual_seed(3)
+    for shape in [(1, 16), (33, 64), (2, 7, 48), (128, 352)]:
+        x = (torch.randn(shape, generator=g) * scale).to(dtype)
+        x.view(-1)[:4] = torch.tensor([0.0, -0.0, 1e-30, -1e-30]).to(dtype)  # zeros and values that round to zero
+        a, b = nvfp4.quantize(x).dequantize(torch.float32), nvfp4.roundtrip(x)
+        assert torch.equal(a, b) and torch.equal(torch.signbit(a), torch.signbit(b)), shape
+    zeros = torch.zeros(2, 16)
+    assert torch.equal(nvfp4.roundtrip(zeros), nvfp4.quantize(zeros).dequantize(torch.float32))
+    # every rounding tie and its neighbours, with blocks whose maximum is 6 (so the scaled value is x itself)
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 1.9999, 2.0, 3.9999, 4.0, 4.9999, 5.0001,
+                         0.2499, 0.2501])
+    x = torch.stack([ties, -ties, ties.flip(0), -ties.flip(0)])
+    assert torch.equal(nvfp4.roundtrip(x), nvfp4.quantize(x).dequantize(torch.float32))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nvfp4.roundtrip(torch.ones(2, 8))
+
+
+def test_w4a4_quantizes_every_gemm_input_and_computes_the_dequantized_product():
+    from pt215 import model as M
+
+    torch.manual_seed(0)
+    cfg = M.ModelConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=64)
+    base = M.build_model(cfg).eval()
+    q = nvfp4.w4a4(base)
+    tokens = torch.randint(0, 256, (2, 8))
+    with torch.no_grad():
+        out = q(tokens)
+    assert out.shape == (2, 8, 256) and q.gemms == 7 * cfg.n_layers + 1
+    # the weights are NVFP4 round trips, the base model is untouched
+    w = base.layers[0].attn.wq.weight
+    assert torch.equal(q.inner.layers[0].attn.wq.weight, nvfp4.roundtrip(w)) and not torch.equal(
+        q.inner.layers[0].attn.wq.weight, w)
+    x = torch.randn(3, cfg.d_model)
+    with nvfp4._QuantizeGemmInputs(q._storages) as mode:
+        y = q.inner.layers[0].attn.wq(x)
+    assert mode.gemms == 1 and torch.equal(y, nvfp4.roundtrip(x) @ nvfp4.roundtrip(w).T)
+    # an activation feeding q, k and v is quantized once; a different one is not confused with it
+    with nvfp4._QuantizeGemmInputs(q._storages) as mode:
+        a, b = q.inner.layers[0].attn.wq(x), q.inner.layers[0].attn.wk(x * 2)
+    wk = base.layers[0].attn.wk.weight
+    assert torch.equal(a, y) and torch.equal(b, nvfp4.roundtrip(x * 2) @ nvfp4.roundtrip(wk).T)
+    with pytest.raises(ValueError, match="DecoderLM"):
+        nvfp4.w4a4(torch.nn.Linear(16, 16))
+
+
+def test_w4a4_reaches_the_stacked_experts():
+    from pt215 import model as M
+
+    torch.manual_seed(0)
+    cfg = M.ModelConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, moe_experts=4, moe_top_k=2,
+                        moe_ffn_hidden=32)
+    q = nvfp4.w4a4(M.build_model(cfg).eval())
+    with torch.no_grad():
+        q(torch.randint(0, 256, (1, 6)))
+    assert q.gemms == 4 + 3 + 1  # attention, the three grouped expert GEMMs, lm_head; the router stays
+
+
+def test_layout_figure_draws_one_block():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, _ = nvfp4.layout_figure()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="16 values"):
+        nvfp4.layout_figure(torch.ones(8))
+
+
+def test_mlp_gate_up_is_silu_gate_times_up():
+    fn, ops = nvfp4.mlp_layer()
+    assert fn is nvfp4.mlp_gate_up and len(ops) == 12
+    with pytest.raises(ValueError, match="6 operands of the gate GEMM"):
+        nvfp4.mlp_gate_up(*ops[:6])
+    fold = nvfp4.post_grad_scale_fold(nvfp4.mlp_gate_up, ops)
+    assert fold["folded"] == 0 and fold["after"].count("_scaled_mm.default") == 2  # a pointwise chain: by design
+
+
+def test_the_nvfp4_gemm_gate_admits_sm120_and_nvgemm_does_not():
+    from pt215.needs import describe_need, sm_admits
+
+    assert sm_admits("100+", (12, 0)) and sm_admits("100+", (10, 3)) and not sm_admits("100+", (9, 0))
+    assert not sm_admits("100", (12, 0)) and sm_admits("100", (10, 0))
+    assert describe_need("sm_100+") == "a CUDA GPU of compute capability sm_100 or later (any architecture)"

@@ -3,8 +3,11 @@ in an empty folder (what a download from the website, Colab or Binder gives a re
 
 The notebooks marked `pt215: standalone: true` in their front matter are executed here under nbval (strict, with
 the book's sanitizer) instead of in the main run (chapters/conftest.py skips them there), so each notebook still
-runs once. The fresh environment gets the wheel; torch and the other dependencies come from the book's .venv
-through a path entry (an install of torch would take minutes), never the editable checkout of pt215.
+runs once. One of them, `tests/test_download.py`'s notebook, is executed by that test instead: from the book's zip,
+alone in an empty folder, its setup cell installing pt215 from the wheel beside it (the same check, one step
+closer to a reader's download). The fresh environment gets the wheel; torch and the other dependencies come from
+the book's .venv through a path entry (an install of torch would take minutes), never the editable checkout of
+pt215.
 """
 
 from __future__ import annotations
@@ -21,9 +24,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def standalone_notebooks() -> list[Path]:
+ZIP_NOTEBOOK = ROOT / "chapters/00-before-you-start/00-1-environment.ipynb"  # run by tests/test_download.py
+
+
+def marked_standalone() -> list[Path]:
     return [p for p in sorted(ROOT.glob("chapters/*/[0-9]*.ipynb"))
             if (nbformat.read(p, as_version=4).metadata.get("pt215") or {}).get("standalone")]
+
+
+def standalone_notebooks() -> list[Path]:
+    """The standalone notebooks this file runs: all but the one the zip test runs."""
+    return [p for p in marked_standalone() if p != ZIP_NOTEBOOK]
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +67,15 @@ def test_the_wheel_carries_scripts_and_data(fresh_env: Path, tmp_path: Path):
 
 
 def test_some_notebooks_are_marked_standalone():
-    names = {p.parent.name for p in standalone_notebooks()}
+    names = {p.parent.name for p in marked_standalone()}
     assert {"00-before-you-start", "02-flight-recorder", "05-nvfp4-decoding"} <= names
+
+
+def test_the_zip_tests_notebook_is_standalone_and_runs_once():
+    import test_download
+
+    assert ROOT / test_download.NOTEBOOK == ZIP_NOTEBOOK and ZIP_NOTEBOOK in marked_standalone()
+    assert ZIP_NOTEBOOK not in standalone_notebooks()
 
 
 @pytest.mark.parametrize("nb", standalone_notebooks(), ids=lambda p: p.name)

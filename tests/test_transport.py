@@ -243,3 +243,243 @@ def test_pair_times_out_without_a_peer():
     with pytest.raises(TimeoutError, match="peer rank 1 did not publish its connection bytes within 0.5 s"):
         tr.pair(1, rank=0, store=dist.HashStore(), timeout=0.5)
     assert time.monotonic() - t0 < 10
+
+
+def test_pair_rejects_a_bad_op_timeout():
+    with pytest.raises(ValueError, match="op_timeout must be a positive"):
+        tr.pair(1, rank=0, store=dist.HashStore(), timeout=1, op_timeout=0)
+
+
+def test_wait_key_keeps_the_stores_error_which_names_the_key_on_a_tcpstore():
+    from datetime import timedelta
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    with pytest.raises(TimeoutError, match="'transport/x' did not appear") as info:
+        tr.wait_key(store, "transport/x", timeout=0.2)
+    assert isinstance(info.value.__cause__, dist.DistStoreError)
+    assert "wait timeout after 200ms, keys: /transport/x" in str(info.value.__cause__)
+
+
+# ---------------------------------------------------------------- what carried the bytes, what it cost the peer
+
+UCX_REPORT = """\
+[1796166537.966476] [vm:3723 :0]   +--------+-------------+-----------------------------------+
+[1796166537.966476] [vm:3723 :0]   | torch-ecf6f2413b2f45acbe49bbea1 intra-node cfg#1         |
+[1796166537.966476] [vm:3723 :0]   | remote memory write by ucp_put* from host memory to host |
+[1796166537.966476] [vm:3723 :0]   +--------+-------------+-----------------------------------+
+[1796166537.966476] [vm:3723 :0]   | Range  | Description |              Config               |
+[1796166537.966476] [vm:3723 :0]   +--------+-------------+-----------------------------------+
+[1796166537.966476] [vm:3723 :0]   | 0..inf | zero-copy   | cma/memory                        |
+[1796166537.966476] [vm:3723 :0]   +--------+-------------+-----------------------------------+
+[1796166537.967657] [vm:3723 :0]   | torch-ecf6f2413b2f45acbe49bbea1 intra-node cfg#1 |
+[1796166537.967657] [vm:3723 :0]   | active message by ucp_am_send* from host memory  |
+[1796166537.967657] [vm:3723 :0]   +------------+--------------------+----------------+
+[1796166537.967657] [vm:3723 :0]   |          0 | short              | tcp/lo         |
+[1796166537.967657] [vm:3723 :0]   |   1..16515 | zero-copy          | tcp/lo         |
+| torch-x self cfg#0 |
+| remote memory read by ucp_get*(multi) into host memory from host |
+| 0..inf | zero-copy   | 52% on tcp/lo and 48% on tcp/eth0 |
+| 0..inf | zero-copy   | 52% on tcp/lo and 48% on tcp/eth0 |
+a line of the script's own
+"""
+
+
+def test_ucx_protocols_reads_the_one_sided_tables_and_nothing_else():
+    found = tr.ucx_protocols(UCX_REPORT.splitlines())
+    assert found == {
+        "remote memory write by ucp_put* from host memory to host": [("0..inf", "zero-copy", "cma/memory")],
+        "remote memory read by ucp_get*(multi) into host memory from host": [
+            ("0..inf", "zero-copy", "52% on tcp/lo and 48% on tcp/eth0")],
+    }
+    assert list(tr.ucx_protocols(UCX_REPORT.splitlines(), operations="active message")) == [
+        "active message by ucp_am_send* from host memory"]
+    assert tr.ucx_protocols(["nothing here"]) == {}
+    with pytest.raises(ValueError, match="operations must be a non-empty string"):
+        tr.ucx_protocols([], operations="")
+
+
+@pytest.mark.skipif(tr.tcp_socket_bytes() is None, reason="needs Linux's /proc/self/fd and TCP_INFO")
+def test_tcp_socket_bytes_counts_this_process_tcp_payload_and_nothing_else():
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    local_a, local_b = socket.socketpair()                         # a Unix socket: not TCP, not counted
+    try:
+        before = tr.tcp_socket_bytes()
+        local_a.sendall(b"u" * 4096)
+        local_b.recv(4096)
+        assert tr.tcp_socket_bytes() == before
+        client.sendall(b"x" * 2**20)
+        got = 0
+        while got < 2**20:
+            got += len(peer.recv(1 << 16))
+        deadline = time.monotonic() + 5                            # the sender's count waits for the ACKs
+        while tr.tcp_socket_bytes() - before < 2 * 2**20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tr.tcp_socket_bytes() - before == 2 * 2**20         # acked by the sender + received by the peer
+    finally:
+        for sock in (client, peer, server, local_a, local_b):
+            sock.close()
+
+
+@pytest.mark.skipif(not tr.thread_times(), reason="needs Linux's per-thread scheduler statistics")
+def test_thread_activity_tells_a_thread_that_never_sleeps_from_one_that_sleeps():
+    from pt215.timing import Stopwatch
+
+    stop = threading.Event()
+    ids: dict[str, int] = {}
+
+    def spin() -> None:
+        ids["spin"] = threading.get_native_id()
+        while not stop.is_set():
+            pass
+
+    def nap() -> None:
+        ids["nap"] = threading.get_native_id()
+        stop.wait()
+
+    threads = [threading.Thread(target=spin), threading.Thread(target=nap)]
+    for th in threads:
+        th.start()
+    while len(ids) < 2:
+        time.sleep(0.01)
+    before, clock = tr.thread_times(), Stopwatch()
+    time.sleep(0.4)
+    activity = tr.thread_activity(before, tr.thread_times(), clock.seconds)
+    stop.set()
+    for th in threads:
+        th.join()
+    assert activity[ids["spin"]].runnable > 0.8          # on a CPU or waiting for one, whatever the load
+    assert activity[ids["nap"]].runnable < 0.1 and activity[ids["nap"]].on_cpu < 0.05
+    with pytest.raises(ValueError, match="seconds must be a positive"):
+        tr.thread_activity(before, before, 0)
+    with pytest.raises(ValueError, match="pid must be a positive int"):
+        tr.thread_times(-3)
+
+
+# ---------------------------------------------------------------- the chapter's pictures
+
+
+def test_the_pictures_draw_from_timestamps_and_refuse_missing_ones():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    two = {"send": 1.0, "sent": 1.001, "acked": 1.003, "recv": 0.999, "received": 1.002, "ack_sent": 1.0025}
+    fig, axes = tr.transfer_timeline(two, {"write": 2.0, "written": 2.0005, "seen": 2.001})
+    assert len(axes) == 2 and [t.get_text() for t in axes[0].get_yticklabels()] == ["rank 0 (initiator)",
+                                                                                   "rank 1 (owner)"]
+    with pytest.raises(ValueError, match=r"missing timestamps \['seen'\]"):
+        tr.transfer_timeline(two, {"write": 2.0, "written": 2.0005})
+    cfg = tr.KVConfig(layers=8, heads=2, head_dim=4, seq=8)
+    fig2, _ = tr.kv_migration_diagram(cfg)
+    with pytest.raises(ValueError, match="shown must be a positive int"):
+        tr.kv_migration_diagram(cfg, shown=0)
+    fig3, _ = tr.kv_timeline([(0.0, 0.1), (0.1, 0.2)], [(0.1, 0.15), (0.2, 0.25)])
+    with pytest.raises(ValueError, match="one span per layer on both sides"):
+        tr.kv_timeline([(0.0, 0.1)], [])
+    for f in (fig, fig2, fig3):
+        plt.close(f)
+
+
+# ---------------------------------------------------------------- what the transport does when a peer cannot answer
+
+
+def _local_pair(**options):
+    from torch.distributed._transport import new_transport
+
+    a, b = new_transport("nixl", "cpu", **options), new_transport("nixl", "cpu", **options)
+    a.connect(b.bind())
+    b.connect(a.bind())
+    return a, b
+
+
+@needs_nixl
+def test_a_transfer_the_owner_cannot_answer_never_completes_and_only_timeouts_end_the_waits():
+    """Both endpoints without NIXL's progress thread (so no polling thread outlives the test): the owner makes no
+    progress, so the write's bytes land but it never completes; then the owner closes, as a dead peer would."""
+    import asyncio
+    from datetime import timedelta
+
+    from torch.distributed._transport import wait_all
+
+    a, b = _local_pair(enable_prog_thread=False, timeout=0.3)
+    src, dst = torch.ones(256), torch.zeros(256)
+    ms, remote = a.register_memory(src), b.register_memory(dst).to_remote_buffer()
+    work = a.write(ms.to_view(), remote, async_op=True)
+    deadline = time.monotonic() + 5
+    while dst[0].item() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dst[0].item() == 1.0 and not work.is_completed()        # the bytes landed; the write is not done
+    b.close(timeout=1)                                              # the owner goes away
+    time.sleep(0.2)
+    assert not work.is_completed() and work.exception() is None and not work.is_success()
+    assert type(work._error).__name__ == "nixlRemoteDisconnectError"  # kept, never delivered
+
+    def took(fn) -> float:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            fn()
+        return time.monotonic() - t0
+
+    assert 0.19 <= took(lambda: work.wait(timedelta(seconds=0.2))) < 3
+    assert 0.29 <= took(lambda: work.wait()) < 3                    # timedelta(0): the operation's 0.3 s
+    with pytest.raises(AttributeError, match="total_seconds"):
+        work.wait(0.2)                                              # Work.wait takes a timedelta
+    assert 0.19 <= took(lambda: asyncio.run(asyncio.wait_for(wait_all([work]), 0.2))) < 3  # no deadline of its own
+    with pytest.raises(RuntimeError, match="memory has pending transfers"):
+        a.unregister_memory(ms)
+
+    def with_block() -> None:
+        with a:
+            pass
+
+    assert 0.29 <= took(with_block) < 3                             # close() with the transport's 0.3 s
+    assert not a.connected() and a._closing and not a._closed and len(a._registrations) == 1
+    with pytest.raises(RuntimeError, match="transport is closed"):
+        a.register_memory(torch.zeros(4))
+    assert 0.09 <= took(lambda: a.close(timeout=0.1)) < 3           # a retried close waits again
+    assert len(a._registrations) == 1                               # and still keeps the memory
+
+
+@needs_nixl
+def test_stream_transfers_refuse_only_an_explicit_zero_timeout():
+    a, b = _local_pair(enable_prog_thread=False)
+    try:
+        mem, remote = a.register_memory(torch.ones(4)), b.register_memory(torch.zeros(4)).to_remote_buffer()
+        into = a.register_memory(torch.zeros(4))
+        with pytest.raises(ValueError, match="stream transfers require a positive timeout"):
+            a.write_stream(mem.to_view(), remote, timeout=0)
+        with pytest.raises(ValueError, match="stream transfers require a positive timeout"):
+            a.read_stream(into.to_mutable_view(), remote, timeout=0)
+        for call in (lambda: a.write_stream(mem.to_view(), remote), lambda: a.read_stream(into.to_mutable_view(),
+                                                                                        remote, timeout=None)):
+            with pytest.raises((RuntimeError, AssertionError)) as info:  # past the check; fails at CUDA here
+                call()
+            assert "positive timeout" not in str(info.value)
+    finally:
+        a.close(timeout=5)
+        b.close(timeout=5)
+
+
+@needs_nixl
+def test_the_progress_thread_never_sleeps_and_is_not_made_without_enable_prog_thread():
+    if not tr.thread_times():
+        pytest.skip("needs Linux's per-thread scheduler statistics")
+    from pt215.timing import Stopwatch
+
+    made = {}
+    for prog in (True, False):
+        before = set(tr.thread_times())
+        a, b = _local_pair(enable_prog_thread=prog)
+        start, clock = tr.thread_times(), Stopwatch()
+        time.sleep(0.4)
+        activity = tr.thread_activity(start, tr.thread_times(), clock.seconds)
+        made[prog] = [act for tid, act in activity.items() if tid not in before and act.runnable > 0.8]
+        a.close(timeout=5)
+        b.close(timeout=5)
+    assert len(made[True]) == 2 and all(act.voluntary <= 5 for act in made[True])  # one per endpoint, polling
+    assert made[False] == []

@@ -19,6 +19,23 @@ def test_per_user_memory_is_the_largest_pss_peak_plus_one_idle_kernel():
     assert limit == 4.0  # (3000 + 700) MiB = 3.6 GiB, rounded up to half a GiB
 
 
+def test_a_notebook_without_torch_does_not_stand_for_the_idle_kernel():
+    rows = [{"notebook": "a.ipynb", "peak_pss_mib": 2359, "peak_rss_mib": 3843},
+            {"notebook": "b.ipynb", "peak_pss_mib": 381, "peak_rss_mib": 815},
+            {"notebook": "c.ipynb", "peak_pss_mib": 75, "peak_rss_mib": 101}]  # its kernel never imported torch
+    limit, top, low = per_user_memory_gib(rows)
+    assert (top["notebook"], low["notebook"], limit) == ("a.ipynb", "b.ipynb", 3.0)  # 2740 MiB -> 3.0 GiB
+
+
+def test_the_hub_limit_passes_the_doctor():
+    from pt215 import doctor
+
+    assert workshop.DOCTOR_MEM_FAIL_GIB == doctor.MEM_FAIL_GIB
+    assert workshop.hub_memory_limit_gib(3.0) == doctor.MEM_FAIL_GIB  # the stored peaks ask for 3.0 GiB
+    assert workshop.hub_memory_limit_gib(5.5) == 5.5
+    assert doctor.check_memory(workshop.hub_memory_limit_gib(3.0), 3.5, "cgroup limit").verdict != "fail"
+
+
 def test_hub_sizing_data_has_what_the_tables_read(book_root):
     data = json.loads((book_root / workshop.HUB_SIZING).read_text())
     assert {"date", "torch", "python", "cpu", "cores", "memory_gib", "interval_s", "command"} <= set(data["provenance"])

@@ -6,6 +6,10 @@
 Values encode their origin: rank r starts with 10*(r+1) + i in slot i, so after a collective
 a value of 20..29 came from rank 1, and a value >= 100 is a sum over the four ranks.
 Each rank prints one line per collective and hands the tensors to pt215.launch.report.
+
+Last, a ring all-reduce written out with send/recv: n - 1 reduce-scatter steps, then n - 1 all-gather steps,
+each rank sending one chunk of S/n bytes to its right neighbour per step. Each rank reports its tensor after
+every step and the bytes it sent, 2(n-1)/n * S: where all_reduce's bus-bandwidth factor comes from.
 """
 
 from __future__ import annotations
@@ -26,6 +30,33 @@ def lst(x) -> list | None:
     if isinstance(x, list | tuple):
         return [v for t in x for v in lst(t)]
     return x.cpu().tolist()
+
+
+def ring_all_reduce(t: torch.Tensor, rank: int, n: int) -> tuple[list[list], int]:
+    """Sum `t` (1-D, n chunks) over the ranks in a ring, in place; return t after every step and the bytes sent.
+
+    Reduce-scatter: at step s a rank sends chunk (rank - s) % n to the right and adds what arrives from the
+    left into chunk (rank - s - 1) % n; after n - 1 steps rank r holds the full sum of chunk (r + 1) % n.
+    All-gather: the finished chunks travel on around the ring, copied instead of added.
+    """
+    chunks = list(t.chunk(n))  # views of t: updating a chunk updates t
+    right, left = (rank + 1) % n, (rank - 1) % n
+    steps, sent = [t.tolist()], 0
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            out = (rank - s) % n if phase == "reduce-scatter" else (rank + 1 - s) % n
+            into = (out - 1) % n
+            buf = torch.empty_like(chunks[into])
+            ops = [dist.P2POp(dist.isend, chunks[out], right), dist.P2POp(dist.irecv, buf, left)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            if phase == "reduce-scatter":
+                chunks[into] += buf
+            else:
+                chunks[into].copy_(buf)
+            sent += chunks[out].numel() * chunks[out].element_size()
+            steps.append(t.tolist())
+    return steps, sent
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,11 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     dist.scatter(out1, scatter_list=list(t.chunk(n)) if rank == 0 else None, src=0)
     show("scatter", t if rank == 0 else None, out1)
 
-    # -- barrier: nobody leaves before everybody arrived (checked through the store)
+    # -- barrier: nobody leaves before everybody arrived (counted in the store; add() returns once the store counted it)
     store = dist.distributed_c10d._get_default_store()
-    store.set(f"arrived/{rank}", "1")
+    store.add("arrived", 1)
     dist.barrier()
-    seen = sum(store.check([f"arrived/{r}"]) for r in range(n))
+    seen = store.add("arrived", 0)
     log["barrier"] = {"arrivals_seen_after_barrier": seen}
     print(f"{'barrier':<26} arrivals seen after the barrier: {seen} of {n}")
 
@@ -155,7 +186,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     show("split_group even/odd", b, t, group_ranks=dist.get_process_group_ranks(parity),
          group_rank=dist.get_rank(parity))
 
-    report({"rank": rank, "world_size": n, "backend": str(dist.get_backend()), "ops": log})
+    # -- a ring all-reduce by hand: what all_reduce's 2(n-1)/n comes from (one element per chunk)
+    t = own(n)
+    steps, sent = ring_all_reduce(t, rank, n)
+    ref = own(n)
+    dist.all_reduce(ref)
+    ring = {"steps": steps, "sent_bytes": sent, "nbytes": t.numel() * t.element_size(),
+            "equals_all_reduce": bool(torch.equal(t, ref))}
+    print(f"{'ring all_reduce by hand':<26} {len(steps) - 1} steps, sent {sent} of {ring['nbytes']} bytes, "
+          f"after {t.tolist()}")
+
+    report({"rank": rank, "world_size": n, "backend": str(dist.get_backend()), "ops": log, "ring": ring})
     shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
     return 0
 

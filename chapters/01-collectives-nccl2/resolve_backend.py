@@ -12,7 +12,9 @@ job: it only asks the registry, and `--init` tries each name on its own 1-rank g
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
+import re
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
@@ -22,6 +24,18 @@ from torch.distributed import Backend
 from torch.distributed import distributed_c10d as c10d
 
 NAMES = ["nccl", "nccl-legacy", "nccl2", "nccl-lazy"]
+
+
+def built_class(creator) -> str:
+    """The process-group class a creator function constructs, read from its source (`ProcessGroupX(opts.store`)."""
+    found = re.findall(r"(ProcessGroup\w+)\(\s*opts\.store", inspect.getsource(creator))
+    return found[-1] if found else "?"
+
+
+def resolved(name: str) -> str:
+    """'creator -> class' for what the registry holds for `name` now."""
+    creator = Backend._plugins[name.upper()].creator_fn
+    return f"{creator.__name__} -> {built_class(creator)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,8 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"registered at import: {sorted(Backend._plugins)}")
     for name in NAMES:
         Backend._ensure_backend_registered(name)  # what init_process_group(name) does first
-        plugin = Backend._plugins[name.upper()]
-        print(f"  {name:<12} -> {plugin.creator_fn.__name__}")
+        print(f"  {name:<12} -> {resolved(name)}")
     print(f"'nccl' records its own flight-recorder entries: {'nccl' in c10d._FR_SELF_RECORDING_BACKENDS}")
 
     if a.init:
@@ -55,14 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.late:
         os.environ["TORCH_DIST_USE_NCCL2"] = "0"  # too late: "nccl" is registered already
         Backend._ensure_backend_registered("nccl")
-        print(f"after setting TORCH_DIST_USE_NCCL2=0 late: nccl -> {Backend._plugins['NCCL'].creator_fn.__name__}")
+        print(f"after setting TORCH_DIST_USE_NCCL2=0 late: nccl -> {resolved('nccl')}")
 
     if a.strings:
         # The registrar reads the variable each time it runs; init_process_group runs it once per process.
         for value in ["0", "1", "false", "off", " 0", ""]:
             os.environ["TORCH_DIST_USE_NCCL2"] = value
             c10d._register_builtin_nccl_backend()
-            print(f"  TORCH_DIST_USE_NCCL2={value!r:<8} -> nccl builds {Backend._plugins['NCCL'].creator_fn.__name__}")
+            print(f"  TORCH_DIST_USE_NCCL2={value!r:<8} -> nccl -> {resolved('nccl')}")
     return 0
 
 

@@ -8,8 +8,9 @@ process, which serves HTTP on `--port`, writes periodic dumps into `--dump-dir` 
 and fans each request out to every rank's worker server.
 
 After three healthy steps the last rank gets stuck in compute (a straggler) while the others wait in the
-gradient all_reduce. When rank 0's Python watchdog fires (`--dump-after` seconds into the step), it does what the
-frontend does for a page: `fetch_all(...)` POSTs one handler to every rank's worker server (the straggler
+gradient all_reduce; on gloo it computes until rank 0 has asked every rank (at most `--stuck` seconds), so what
+rank 0 collects is always taken during the hang. When rank 0's Python watchdog fires (`--dump-after` seconds into
+the step), it does what the frontend does for a page: `fetch_all(...)` POSTs one handler to every rank's worker server (the straggler
 included). `fr_trace_json` returns each rank's flight recorder, saved as `<dump-dir>/rank_<r>.json`;
 `fr_dump_file` (the handler the health check calls on NCCL2) and `c10d_health_check` show what gloo answers.
 The frontend's periodic dumps (`stacks_*.txt`, `c10d_health_check_*.txt`, ...) go to `<dump-dir>/periodic`.
@@ -44,6 +45,7 @@ from pt215 import flight
 from pt215.launch import init_rank, report, shutdown
 
 N = 1024
+ASKED = "debug_server/asked"  # set by rank 0 in the store once it has asked every rank
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -55,8 +57,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         "health report makes the frontend ask every rank for fr_dump_file")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between the frontend's periodic dumps")
     p.add_argument("--dump-after", type=float, default=2.0, help="seconds stuck before rank 0 asks for dumps")
-    p.add_argument("--stuck", type=float, default=5.0, help="seconds the straggler computes before it joins")
-    p.add_argument("--timeout", type=float, default=20.0, help="collective timeout of the group, seconds")
+    p.add_argument("--stuck", type=float, default=30.0,
+                   help="gloo: at most this long the straggler computes (it joins once rank 0 has asked every rank); "
+                        "nccl: how long it computes")
+    p.add_argument("--timeout", type=float, default=60.0, help="collective timeout of the group, seconds")
     a = p.parse_args(argv)
     for name in ("interval", "dump_after", "stuck", "timeout"):
         if getattr(a, name) <= 0:
@@ -119,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     asked = threading.Event()
     fanout: dict[str, object] = {}
+    store = dist.distributed_c10d._get_default_store()
 
     def ask_every_rank() -> None:
         """Rank 0's watchdog callback: collect every rank's flight recorder through the worker servers."""
@@ -148,14 +153,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         _, resps = fetch_all("c10d_health_check", timeout=30.0)
         fanout["c10d_health_check"] = sorted({r.text.strip() for r in resps})
         asked.set()
+        store.set(ASKED, "1")  # the straggler may come now: everything above was taken while it computed
 
     if nccl:
         nccl_hang(a, rank, straggler, grad, out)  # does not return
     handle = _watchdog.cpu_timeout(a.dump_after, ask_every_rank) if rank == 0 else None
-    if rank == straggler:
-        deadline = time.monotonic() + a.stuck
+    if rank == straggler:  # computes until rank 0 has asked every rank (the state it reports), at most --stuck s
+        deadline, check = time.monotonic() + a.stuck, 0.0
         x = torch.randn(64, 64)
-        while time.monotonic() < deadline: x = torch.tanh(x @ x)  # noqa: E701 (one line: one stack)
+        while time.monotonic() < deadline:
+            x = torch.tanh(x @ x)
+            if time.monotonic() > check:
+                if store.check([ASKED]):
+                    break
+                check = time.monotonic() + 0.05
     dist.all_reduce(grad)  # the others wait here until the straggler arrives: a hang, while it lasts
     if handle is not None:
         handle.cancel()

@@ -14,23 +14,28 @@ Each step is: [pair all_reduce (subgroup case only)], all_reduce(grad) on the wo
 all_reduce(stats) on a second group over all ranks, "metrics" (as a metrics/logging group would be).
 
 Every rank arms torch's Python watchdog (`torch.distributed._watchdog.cpu_timeout`) around the faulty step;
-when it fires, the rank writes its flight-recorder dump to `<dump-dir>/rank_<rank>` (through
-TORCH_FR_DUMP_TEMP_FILE), the stuck rank included. A rank whose collective fails first dumps at once.
-Every rank then exits 0, so the launch ends within about `--timeout + 2` seconds.
+when it fires (`--dump-after` seconds in), the rank writes its flight-recorder dump to `<dump-dir>/rank_<rank>`
+(through TORCH_FR_DUMP_TEMP_FILE), the stuck rank included. Then it waits until every rank's file exists
+(bounded), reports and leaves, so a launch ends about `--dump-after` seconds after the hang, long before the
+collective timeout (`--timeout`, 30 s). A rank whose collective fails first (`--timeout` shorter than
+`--dump-after`, or TORCH_DISTRIBUTED_DEBUG=DETAIL's check) dumps at once, prints the error and leaves the same way.
 
 Health while it hangs: every rank also serves torch's per-rank debug handlers (`_WorkerServer`) on a
 Unix socket; when rank 0's watchdog fires it asks every rank for `c10d_health_check` and `dump_traceback`
 and prints where each rank's main thread is in this script.
 
-With `--backend nccl` (>= 2 GPUs) nothing is armed unless `--py-watchdog` is given: the dumps are meant to
-come from TORCH_FR_DUMP_ON_TIMEOUT=1 and the backend's own watchdog. NCCL collectives return once queued, so
-after the faulty step every rank waits for its GPU stream (`torch.cuda.synchronize`): the stuck collective
-keeps it there until the watchdog times it out, dumps and tears the process down (a non-zero exit is expected).
-Which recorder holds the entries: `nccl` in 2.15 is ProcessGroupNCCL2, recorded through the c10d hook into the
-per-backend ring `getFlightRecorder("nccl2")`, dumped with `_dump_fr_trace_file(..., backend="nccl2")`. The legacy
-ProcessGroupNCCL (`TORCH_DIST_USE_NCCL2=0`) records into its own CUDA-event recorder, which only
-`_dump_nccl_trace()` reads; `backend="nccl"` would name a fresh, empty ring of the per-backend registry
-(torch/csrc/distributed/c10d/FlightRecorder.hpp, `kDefaultFRBackend` and `getFlightRecorder`, lines 363-381).
+`--stacks` writes the dumps with Python frames (each entry then says which line of this script issued it);
+their file names are written relative to the site-packages folder or to this script's folder, so a dump
+names no machine's folders. `--rank-env R:NAME=VALUE` (repeatable) sets NAME=VALUE on rank R only, before
+the process group exists: a rank-dependent environment, such as one node with `TORCH_FR_BUFFER_SIZE=0`.
+
+With `--backend nccl` (>= 2 GPUs) nothing is armed and nothing is dumped by this script unless `--py-watchdog`
+is given: the dumps come from the backend itself (TORCH_FR_DUMP_ON_TIMEOUT / TORCH_NCCL_DUMP_ON_TIMEOUT). NCCL collectives return
+once queued, so after the faulty step every rank waits for its GPU stream (`torch.cuda.synchronize`): the stuck
+collective keeps it there until the backend times it out, dumps and tears the process down (a non-zero exit is
+expected). Which recorder holds the entries: `nccl` in 2.15 is ProcessGroupNCCL2, recorded through the c10d
+hook into the ring "nccl2", dumped with `_dump_fr_trace_file(..., backend="nccl2")`; the legacy ProcessGroupNCCL
+(`TORCH_DIST_USE_NCCL2=0`) records into its own CUDA-event recorder, which only `_dump_nccl_trace()` reads.
 Unverified on hardware.
 """
 
@@ -41,6 +46,7 @@ import http.client
 import json
 import linecache
 import os
+import pickle
 import re
 import socket
 import threading
@@ -53,11 +59,13 @@ import torch._C._distributed_c10d as c10d
 import torch.distributed as dist
 from torch.distributed import _watchdog
 
+from pt215.flight import apply_rank_env
 from pt215.launch import init_rank, report, shutdown
 
 CASES = ("healthy", "skip", "order", "mismatch", "straggler", "subgroup")
 WARMUP_STEPS = 3
 N = 1024  # gradient bucket size (float32 elements)
+LEGACY = "nccl-legacy"  # not a ring name: the legacy ProcessGroupNCCL's recorder, read by _dump_nccl_trace()
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -65,15 +73,27 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--case", choices=CASES, required=True)
     p.add_argument("--dump-dir", default="fr_dumps", help="folder for the dumps (TORCH_FR_DUMP_TEMP_FILE prefix)")
     p.add_argument("--dump-after", type=float, default=2.0, help="seconds stuck before every rank dumps")
-    p.add_argument("--timeout", type=float, default=6.0, help="collective timeout of the process groups, seconds")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="collective timeout of the process groups, seconds (the watchdog dumps long before it)")
     p.add_argument("--culprit", type=int, default=-1, help="the faulty rank (default: the last rank)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--py-watchdog", action="store_true", help="with nccl: arm the Python watchdog dumps too")
-    return p.parse_args(argv)
+    p.add_argument("--stacks", action="store_true", help="dump with Python frames (file names made relative)")
+    p.add_argument("--rank-env", action="append", default=[], metavar="R:NAME=VALUE",
+                   help="set NAME=VALUE on rank R only, before init_process_group (repeatable)")
+    a = p.parse_args(argv)
+    for name in ("dump_after", "timeout"):
+        if getattr(a, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(a, name)}")
+    return a
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse(argv)
+    try:
+        overrides = apply_rank_env(a.rank_env, int(os.environ.get("RANK", "0")))
+    except ValueError as e:
+        raise SystemExit(f"hang_lab.py: error: --rank-env: {e}") from None
     out = Path(a.dump_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     # Must be set before the first dump: the dump file is <prefix><rank>.
@@ -84,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     me = init_rank(a.backend, timeout_s=a.timeout, bind_device=False)
     rank, world = me.rank, me.world
     dev = me.device
+    if overrides:
+        print("environment of this rank: " + ", ".join(f"{k}={v}" for k, v in overrides.items()))
     fr_backend = fr_ring(dev) if nccl else "gloo"
     server = c10d._WorkerServer(str(out / f".w{rank}.sock"), -1)  # per-rank debug handlers on a Unix socket
     culprit = a.culprit % world
@@ -94,9 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.manual_seed(rank)
     grad, stats = torch.ones(N, device=dev), torch.zeros(4, device=dev)
 
-    dumped = threading.Event()
-    lock = threading.Lock()
-    info: dict[str, float | str] = {}
+    dumped, departing = threading.Event(), threading.Event()  # departing: set before the watchdog's dump
+    lock, leaving = threading.Lock(), threading.Lock()
+    info: dict[str, float | str | None] = {}
 
     def dump(reason: str) -> None:
         with lock:
@@ -104,12 +126,42 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return
             if rank == 0 and reason == "watchdog":
                 ask_every_rank(out, world)
+            target = out / f"rank_{rank}"
             if fr_backend == LEGACY:  # the legacy ProcessGroupNCCL's own recorder: written by hand
-                (out / f"rank_{rank}").write_bytes(c10d._dump_nccl_trace(includeStackTraces=False))
+                target.write_bytes(c10d._dump_nccl_trace(includeStackTraces=a.stacks))
             else:
-                c10d._dump_fr_trace_file(rank, includeStackTraces=False, backend=fr_backend)
+                c10d._dump_fr_trace_file(rank, includeStackTraces=a.stacks, backend=fr_backend)
+            if a.stacks:
+                relative_frames(target)
             info.update(dump_time=time.time(), dump_reason=reason)
             dumped.set()
+
+    def leave(outcome: str) -> None:
+        """Once this rank has dumped: wait (bounded) until every rank's file exists, report, and exit."""
+        with leaving:  # the first caller leaves; a second one (the other thread) waits here until the exit
+            files = [out / f"rank_{r}" for r in range(world)]
+            end = time.monotonic() + a.dump_after + 30
+            while not all(f.exists() for f in files) and time.monotonic() < end:
+                time.sleep(0.05)
+            finish(outcome)
+
+    def finish(outcome: str) -> None:
+        print(f"outcome: {outcome}; dump written by: {info.get('dump_reason', 'nobody')}")
+        out_file = out / f"rank_{rank}"
+        report({"rank": rank, "outcome": outcome, "dump_reason": info.get("dump_reason"),
+                "error_kind": info.get("error_kind"), "hang_start": info["hang_start"],
+                "dump_time": info.get("dump_time"),
+                "dump_bytes": out_file.stat().st_size if out_file.exists() else 0})
+        server.shutdown()
+        if a.case == "healthy":
+            shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
+            return
+        # The group is broken: destroy_process_group() could block on a dead peer. Leave at once.
+        os._exit(0)
+
+    def on_watchdog() -> None:
+        departing.set(); dump("watchdog")  # noqa: E702 (one line: this file's line numbers are in stored stacks)
+        leave("stuck in compute" if is_culprit and a.case == "straggler" else "hung in the step")
 
     def healthy_step() -> None:
         if my_pair is not None:
@@ -119,16 +171,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for _ in range(WARMUP_STEPS):
         healthy_step()
+    if a.stacks and not nccl:
+        # The first dump with frames imports torch's compiler stack to name them (seconds), and cannot finish from
+        # the watchdog's thread while the main thread waits in a collective: pay it here, in the main thread.
+        c10d._dump_fr_trace()
     dist.barrier()
     print(f"warm-up done: {WARMUP_STEPS} healthy steps")
 
     is_culprit = rank == culprit and a.case != "healthy"
     info["hang_start"] = time.time()
-    armed = not nccl or a.py_watchdog
-    handle = _watchdog.cpu_timeout(a.dump_after, lambda: dump("watchdog")) if armed else None
-    # the straggler stays stuck until well after every rank dumped (or, unarmed, past the timeout)
-    deadline = time.monotonic() + (a.dump_after + 2.5 if armed else a.timeout + 2)
-    outcome = "completed"
+    armed = (not nccl or a.py_watchdog) and a.case != "healthy"
+    handle = _watchdog.cpu_timeout(a.dump_after, on_watchdog) if armed else None
+    # unarmed (nccl), the straggler stays stuck past the collective timeout; armed, its watchdog ends it
+    deadline = time.monotonic() + (a.dump_after + 60 if armed else a.timeout + 2)
     try:
         if a.case == "healthy":
             healthy_step()
@@ -153,7 +208,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if is_culprit:
                 x = torch.randn(64, 64, device=dev)
                 while time.monotonic() < deadline: x = torch.tanh(x @ x)  # noqa: E701 (one line: one stack)
-                outcome = "killed while computing"
             else:
                 healthy_step()
         elif a.case == "subgroup":
@@ -163,34 +217,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.all_reduce(stats, group=metrics)
         if nccl:
             torch.cuda.synchronize(dev)  # NCCL calls return once queued: wait here, where a hang really hangs
-    except RuntimeError as e:
-        kind = "timeout" if "Timed out" in str(e) else "peer gone" if "Connection" in str(e) else "error"
-        outcome = "collective failed"
-        info["error_kind"] = kind
-        dump("exception")
-    if a.case != "healthy" and armed and not dumped.is_set():
-        dumped.wait(a.dump_after + 2)  # a rank that got through waits for its watchdog dump
-    if handle is not None:
-        handle.cancel()
+    except RuntimeError as e:  # once departing, a failure is a peer leaving after every dump: wait to exit, silent
+        text = str(e) if not departing.is_set() else leave("hung in the step")  # (leave() does not return then)
+        info["error_kind"] = "timeout" if "Timed out" in text else "peer gone" if "Connection" in text else "error"
+        print(f"error: {short_error(text)}")
+        if armed:  # unarmed nccl: only the backend writes dumps (what its cells and checks look for)
+            dump("exception")
+        (leave if armed else finish)("collective failed")
     if a.case == "healthy":
         dist.barrier()
         dump("on demand")
-    print(f"outcome: {outcome}; dump written by: {info.get('dump_reason', 'nobody')}")
-    out_file = out / f"rank_{rank}"
-    report({"rank": rank, "outcome": outcome, "dump_reason": info.get("dump_reason"),
-            "error_kind": info.get("error_kind"),
-            "hang_start": info["hang_start"], "dump_time": info.get("dump_time"),
-            "dump_bytes": out_file.stat().st_size if out_file.exists() else 0})
-    server.shutdown()
-    if a.case == "healthy":
-        shutdown()  # barrier, all ranks confirm, then destroy (a clean gloo teardown)
-    else:
-        # The group is broken: destroy_process_group() could block on a dead peer. Leave at once.
-        os._exit(0)
+        finish("completed")
+        return 0
+    if armed:  # this rank got through the step: its watchdog still dumps it, and leaves
+        dumped.wait(a.dump_after + 30)
+        leave("completed")
+    if handle is not None:
+        handle.cancel()
+    finish("completed")  # unarmed nccl: the step returned on this rank
     return 0
-
-
-LEGACY = "nccl-legacy"  # not a ring name: the legacy ProcessGroupNCCL's recorder, read by _dump_nccl_trace()
 
 
 def fr_ring(dev: torch.device) -> str:
@@ -198,6 +243,37 @@ def fr_ring(dev: torch.device) -> str:
     hook), or LEGACY (ProcessGroupNCCL's CUDA-event recorder; `backend="nccl"` would name an empty ring)."""
     impl = type(dist.get_backend_impl(dist.group.WORLD, dev)).__name__
     return "nccl2" if impl == "ProcessGroupNCCL2" else LEGACY
+
+
+def relative_frames(path: Path) -> None:
+    """Rewrite a dump's frame file names relative to site-packages or to this script's folder (no machine paths)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    trace = pickle.loads(path.read_bytes())
+    for e in trace.get("entries", []):
+        for f in e.get("frames") or ():
+            name = f.get("filename", "")
+            if "site-packages/" in name:
+                f["filename"] = name.split("site-packages/", 1)[1]
+            elif name.startswith(here + os.sep):
+                f["filename"] = os.path.relpath(name, here)
+            elif os.path.isabs(name):
+                f["filename"] = os.path.basename(name)
+    path.write_bytes(pickle.dumps(trace))
+
+
+def short_error(text: str) -> str:
+    """The first line of a collective's error; for TORCH_DISTRIBUTED_DEBUG=DETAIL's check, what differed."""
+    m = re.search(r"Collectives differ in the following aspects:\s*(.*)", text, flags=re.S)
+    if m:
+        ranks = re.findall(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+, "
+                           r"OpType=(\w+), TensorShape=\[([^\]]*)\]", text)
+        other = re.search(r"but Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+, "
+                          r"OpType=(\w+), TensorShape=\[([^\]]*)\]", text)
+        mine = f"this rank {ranks[0][1]} [{ranks[0][2]}]" if ranks else "this rank"
+        theirs = f"rank {other.group(1)} {other.group(2)} [{other.group(3)}]" if other else "a peer"
+        return f"Detected mismatch between collectives: {mine}, {theirs} ({' '.join(m.group(1).split())})"
+    first = text.strip().splitlines()[0] if text.strip() else "(no message)"
+    return re.sub(r"^\[[^\]]*\]\s*", "", first)[:160]  # without gloo's "[source file:line]" prefix
 
 
 def _post(sock: Path, handler: str, timeout: float = 5.0) -> str:

@@ -46,19 +46,19 @@ def prefill_side(t: Any, store: dist.Store, cfg: KVConfig, w: dict[str, torch.Te
     h, mems, blocks, spans = w["x"][: cfg.seq], [], [], []
     # Layer by layer, as a real prefill would: publish each layer's block as soon as it exists.
     for layer in range(cfg.layers):
-        start = time.time()
+        start = time.monotonic()
         h, block = prefill_layer(cfg, w, h, layer)
         blocks.append(block)
         mems.append(t.register_memory(pack_layer(block)))
-        publish(store, f"kv/req0/layer{layer}", mems[-1])
         store.set(f"kv/req0/digest{layer}", digest(block))
-        spans.append((start, time.time()))
+        spans.append((start, time.monotonic()))     # stamped before publishing: decode's pull starts later
+        publish(store, f"kv/req0/layer{layer}", mems[-1])
     ref = decode_step(cfg, w, blocks)               # prefill's own answer for the next token
     store.set("kv/req0/next", ref.numpy().tobytes())
     print(f"prefill: published {cfg.layers} layer descriptors; now serving other requests")
     # Keep working (other requests) until decode says it has the cache. No transport call in this loop.
-    extra, busy_from = 0, time.time()
-    while not store.check(["kv/req0/pulled"]) and time.time() - busy_from < TIMEOUT:
+    extra, busy_from = 0, time.monotonic()
+    while not store.check(["kv/req0/pulled"]) and time.monotonic() - busy_from < TIMEOUT:
         prefill(cfg, make_weights(cfg, seed=seed + 1 + extra))
         extra += 1
     print("prefill: decode says it has the cache")
@@ -66,7 +66,7 @@ def prefill_side(t: Any, store: dist.Store, cfg: KVConfig, w: dict[str, torch.Te
     for mem in mems:
         t.unregister_memory(mem)
     print("prefill: unregistered request 0's KV blocks")
-    return {"role": "prefill", "layer_spans": spans, "extra_requests": extra, "busy": (busy_from, time.time())}
+    return {"role": "prefill", "layer_spans": spans, "extra_requests": extra, "busy": (busy_from, time.monotonic())}
 
 
 def decode_side(t: Any, store: dist.Store, cfg: KVConfig, w: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -76,10 +76,10 @@ def decode_side(t: Any, store: dist.Store, cfg: KVConfig, w: dict[str, torch.Ten
     spans = []
     for layer in range(cfg.layers):
         remote = fetch(store, f"kv/req0/layer{layer}", timeout=TIMEOUT)   # waits until prefill published it
-        start = time.time()
+        start = time.monotonic()
         view = flat_mem.to_mutable_view(layer * cfg.layer_bytes, cfg.layer_bytes)
         t.read(view, remote)                                               # one-sided pull of this layer
-        spans.append((start, time.time()))
+        spans.append((start, time.monotonic()))
     store.set("kv/req0/pulled", b"1")               # tell prefill it may drop its copy
     cache = [unpack_layer(flat, cfg, layer) for layer in range(cfg.layers)]
     same = [digest(cache[layer]) == wait_key(store, f"kv/req0/digest{layer}", timeout=TIMEOUT).decode()

@@ -1,12 +1,20 @@
-"""Chapter 4: gradient accumulation without per-microbatch communication, stable unsharded storage,
-and a DCP checkpoint with its 2.15 stride metadata.
+"""Chapter 4, notebook 4.2: gradient accumulation without per-microbatch communication, stable unsharded
+storage, and a DCP checkpoint with its 2.15 stride metadata.
 
-Run:  torchrun --nproc-per-node 2 fsdp_accum_dcp.py [--ckpt DIR] [--micro 4]
+The default and the accumulation recipe each run under `torch.profiler`; every rank reports the spans of its
+trace (`pt215.fsdp.profile_spans`: the collectives FSDP2 issued, gloo's threads, one annotation per microbatch),
+so the notebook can draw both on a timeline.
+
+Last, the accumulation that a CUDA graph would hold beside FSDP2 (`pt215.fsdp.graph_split_accumulation`, the loop
+of `fsdp_cuda_graph.py`), with the twin's step run eagerly where the replays would be: gloo, no graph.
+
+Run:  torchrun --nproc-per-node 2 fsdp_accum_dcp.py [--ckpt DIR] [--micro 4] [--graph-micro 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -15,13 +23,16 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.profiler import record_function
 
 from pt215.fsdp import (
     MoEConfig,
     MoETransformer,
     fsdp_units,
+    graph_split_accumulation,
     install_comm_counters,
     keep_fp32_override,
+    profile_spans,
     shard_model,
     synthetic_batch,
 )
@@ -40,9 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--micro", type=int, default=4, help="microbatches per optimizer step")
     ap.add_argument("--ckpt", default=None, help="checkpoint folder (default: a temporary one, removed after)")
+    ap.add_argument("--graph-micro", type=int, default=2,
+                    help="microbatches per step of the graph split, run eagerly (>= 2; 0 skips it)")
     a = ap.parse_args(argv)
     if a.micro < 1:
         ap.error(f"--micro must be >= 1, got {a.micro}")
+    if a.graph_micro == 1 or a.graph_micro < 0:
+        ap.error(f"--graph-micro must be 0 (skip) or >= 2, got {a.graph_micro}")
 
     rank = init_rank("gloo", timeout_s=60).rank
     cfg = MoEConfig()
@@ -58,8 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ---- A. the default: every backward reduce-scatters
     ref = build(cfg)
     log = install_comm_counters(ref)
-    for x, y in micro:
-        (ref.loss(x, y)[0] / a.micro).backward()
+
+    def default() -> None:
+        for i, (x, y) in enumerate(micro):
+            with record_function(f"microbatch {i}"):
+                (ref.loss(x, y)[0] / a.micro).backward()
+
+    spans = {"default": profile_spans(default, marks=("microbatch",))}
     default_rs = log.count("reduce_scatter")
     default_ag = log.count("all_gather")
     say(f"== default, {a.micro} microbatches: reduce-scatters per unit {default_rs}, all-gathers {default_ag}")
@@ -70,11 +90,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = install_comm_counters(model)
     model.set_manual_backward_finalization(True)   # on the root, before backward
     model.set_requires_gradient_sync(False)        # accumulate unsharded gradients locally (fp32 here)
-    for x, y in micro:
-        (model.loss(x, y)[0] / a.micro).backward()
-    before = log.count("reduce_scatter")
-    model.set_requires_gradient_sync(True)         # re-enable, then finalize: one reduce-scatter per unit
-    model.finalize_backward()
+    before: dict[str, int] = {}
+
+    def manual() -> None:
+        for i, (x, y) in enumerate(micro):
+            with record_function(f"microbatch {i}"):
+                (model.loss(x, y)[0] / a.micro).backward()
+        before.update(log.count("reduce_scatter"))
+        model.set_requires_gradient_sync(True)     # re-enable, then finalize: one reduce-scatter per unit
+        with record_function("finalize_backward()"):
+            model.finalize_backward()
+
+    spans["manual"] = profile_spans(manual, marks=("microbatch", "finalize"))
     manual_rs = log.count("reduce_scatter")
     say(f"== sync off + finalize_backward(): reduce-scatters before finalize {before}, after {manual_rs}")
     assert before == {} and all(c == 1 for c in manual_rs.values()) and len(manual_rs) == n_units
@@ -86,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert diff / scale < 1e-5
     out["accumulate"] = {"micro": a.micro, "default_rs": default_rs, "default_ag": default_ag,
                          "manual_rs": manual_rs, "manual_ag": log.count("all_gather"), "rel_diff": diff / scale}
+    out["spans"] = {k: [dataclasses.asdict(s) for s in v] for k, v in spans.items()}
 
     # ---- B2. the same, and keep the parameters unsharded between microbatches: one all-gather per unit too
     m3 = build(cfg)
@@ -164,6 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tmp is not None and rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
     out["units"] = list(fsdp_units(model))
+
+    # ---- E. the graph split of fsdp_cuda_graph.py, on CPU: the twin's step run eagerly where replays would be
+    if a.graph_micro:
+        say(f"== the graph split, {a.graph_micro} microbatches per step, no graph on CPU:")
+        out["graph_split"] = graph_split_accumulation(a.graph_micro, 2, rank, graphed=False,
+                                                      echo=say if rank == 0 else None)
     report(out)
     shutdown()
     return 0

@@ -1,8 +1,10 @@
-"""Chapter 4, notebook 3: overlapped gradient reduction and pipeline accumulation with FSDP2 stages (gloo, CPU).
+"""Chapter 4, notebook 4.3: overlapped gradient reduction and pipeline accumulation with FSDP2 stages (gloo, CPU).
 
 Part A (all ranks, one data-parallel group): N microbatches with gradient sync off, then
 `FSDPModule.finalize_backward(async_op=True)` returns a `GradientReductionHandle`; the rank does other work
-while the reduce-scatters are in flight and calls `handle.wait()` before it reads `.grad`.
+and calls `handle.wait()` before it reads `.grad`. The finalization, the other work and the wait run under
+`torch.profiler`, and every rank reports the spans of its trace (`pt215.fsdp.profile_spans`): where the
+reduce-scatters ran relative to the other work.
 
 Part B (ranks split into 2 pipeline stages x data-parallel groups): each stage is a `fully_shard` unit on its
 data-parallel mesh, driven by `ScheduleGPipe`. Calls of `schedule.step(..., finalize_gradients=False)`
@@ -14,6 +16,7 @@ Run:  torchrun --nproc-per-node 4 fsdp_async_pipeline.py [--micro 3]     (world 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -23,7 +26,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, GradientReductionHandle, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+from torch.profiler import record_function
 
+from pt215.fsdp import profile_spans
 from pt215.launch import init_rank, report, shutdown
 
 DIM = 32
@@ -69,17 +74,28 @@ def part_a(rank: int, world: int, micro: int) -> dict:
         model(x).square().mean().backward()
     during = rs.calls
     model.set_requires_gradient_sync(True)
-    handle = model.finalize_backward(async_op=True)
-    other = sum(float(torch.randn(64, 64).norm()) for _ in range(4))  # any work that does not touch the model
-    try:  # a second finalization before wait() is refused
-        model.finalize_backward()
-        second = "accepted"
-    except RuntimeError as e:
-        second = f"RuntimeError: {e}"
-    handle.wait()
+    seen: dict = {}
+
+    def finalize_overlap_wait() -> None:
+        with record_function("finalize_backward(async_op=True)"):
+            handle = model.finalize_backward(async_op=True)
+        seen["returned"] = rs.calls                 # reduce-scatters issued by the time it returned
+        with record_function("other work"):         # any work that does not touch the model
+            seen["other"] = sum(float(torch.randn(256, 256).norm()) for _ in range(8))
+        try:  # a second finalization before wait() is refused
+            model.finalize_backward()
+            seen["second"] = "accepted"
+        except RuntimeError as e:
+            seen["second"] = f"RuntimeError: {e}"
+        with record_function("handle.wait()"):
+            handle.wait()
+        seen["handle"] = isinstance(handle, GradientReductionHandle)
+
+    spans = profile_spans(finalize_overlap_wait, marks=("finalize", "other", "handle"))
     err = float((full_grads(model) - g_ref).abs().max())
-    return {"handle": isinstance(handle, GradientReductionHandle), "rs_during_backward": during, "rs_after_finalize": rs.calls,
-            "second_finalize": second, "max_grad_diff": err, "other_work_done": other > 0}
+    return {"handle": seen["handle"], "rs_during_backward": during, "rs_after_finalize": rs.calls,
+            "rs_when_finalize_returned": seen["returned"], "second_finalize": seen["second"], "max_grad_diff": err,
+            "other_work_done": seen["other"] > 0, "spans": [dataclasses.asdict(s) for s in spans]}
 
 
 def part_b(rank: int, world: int, micro: int, n_microbatches: int = 2) -> dict:

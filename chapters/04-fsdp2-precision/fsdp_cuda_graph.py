@@ -13,13 +13,15 @@ optimizer step ("window") of N microbatches:
 
 `--device cuda` (nccl, one GPU per rank) captures and replays the graph. `--device cpu` (gloo) calls the same
 step eagerly where the replays would be, so everything around the graph runs on any machine. Both check each
-window's reduced gradients against plain FSDP2 accumulation of the same microbatches, then take an SGD step.
+window's reduced gradients against plain FSDP2 accumulation of the same microbatches, then take an SGD step. The
+loop is `pt215.fsdp.graph_split_accumulation`, which notebook 4.2 also runs on CPU inside `fsdp_accum_dcp.py`.
 
 `--whole-step` (CUDA only) is an experiment instead: capture one whole FSDP2 microbatch, forward and backward
 through FSDP2's own hooks and collectives, in a CUDA graph, replay it, and report what happened (captured and
-replayed with the eager gradients, or the error). torch 2.15's `fully_shard` docstrings exclude only CPU offload
-and an outstanding async unshard from graph capture (`torch/distributed/fsdp/_fully_shard/_fully_shard.py`,
-`set_keep_unsharded_storage`); whether the rest captures is what this run records.
+replayed with the eager gradients, or the error). torch 2.15's docstrings exclude only CPU gradient offload and
+an outstanding async unshard from graph capture (`FSDPModule.finalize_backward`) and call kept unsharded storage
+useful for it (`set_keep_unsharded_storage`, both in `torch/distributed/fsdp/_fully_shard/_fully_shard.py`);
+whether the rest captures is what this run records.
 
 Run:  torchrun --nproc-per-node 2 fsdp_cuda_graph.py --micro 4                 (2+ CUDA GPUs)
       torchrun --nproc-per-node 2 fsdp_cuda_graph.py --whole-step              (2+ CUDA GPUs, the experiment)
@@ -32,47 +34,18 @@ import argparse
 from collections.abc import Sequence
 
 import torch
-from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from pt215.fsdp import (
     MoEConfig,
     MoETransformer,
+    accumulation_model,
     capture_step,
-    install_comm_counters,
-    keep_fp32_override,
-    local_grad_step,
-    plain_twin,
-    shard_model,
+    graph_split_accumulation,
     synthetic_batch,
     unsharded_params,
 )
 from pt215.hardware import requires
 from pt215.launch import init_rank, report, shutdown
-
-
-def build(cfg: MoEConfig, device: torch.device) -> tuple[MoETransformer, torch.optim.Optimizer]:
-    """The chapter's MoE model (router + norms fp32, the rest bf16), sharded, accumulating without sync."""
-    torch.manual_seed(0)
-    m = MoETransformer(cfg).to(device)
-    fn, _ = keep_fp32_override(m)
-    shard_model(m, MixedPrecisionPolicy(param_dtype=torch.bfloat16, param_dtype_override_fn=fn))
-    m.set_manual_backward_finalization(True)   # the reduction is a separate, eager step
-    m.set_requires_gradient_sync(False)        # no reduce-scatter while accumulating
-    return m, torch.optim.SGD(m.parameters(), lr=0.1)
-
-
-def finalize(model: MoETransformer) -> None:
-    """Sync on, then one reduce-scatter per unit; sync off again for the next window."""
-    model.set_requires_gradient_sync(True)
-    model.finalize_backward()
-    model.set_requires_gradient_sync(False)
-
-
-def rel_grad_diff(a: MoETransformer, b: MoETransformer) -> float:
-    """max |grad_a - grad_b| / max |grad_b| over all parameters (full tensors: a collective on every rank)."""
-    diff = max((p.grad.full_tensor() - q.grad.full_tensor()).abs().max().item()
-               for p, q in zip(a.parameters(), b.parameters(), strict=True))
-    return diff / max(q.grad.full_tensor().abs().max().item() for q in b.parameters())
 
 
 def whole_step(model: MoETransformer, batch: tuple[torch.Tensor, torch.Tensor], micro: int) -> dict[str, object]:
@@ -121,67 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "one reduce-scatter per unit (run with --device cpu for the rest)"):
         return 1
     me = init_rank("nccl" if graphed else "gloo")
-    cfg = MoEConfig(dispatch="dense")          # static shapes: no per-expert host sync inside the graph
-    windows = [[tuple(t.to(me.device) for t in synthetic_batch(cfg, 2, 16, seed=1000 * w + 10 * i + me.rank))
-                for i in range(a.micro)] for w in range(a.windows)]
-    ref, ref_opt = build(cfg, me.device)
-    model, opt = build(cfg, me.device)
-    log = install_comm_counters(model)
-    model.set_keep_unsharded_storage(True)     # the graph's parameter addresses survive reshard/unshard
-    model.set_reshard_after_forward(False)     # microbatch 0's backward needs no re-gather
-    static_x, static_y = (torch.zeros_like(t) for t in windows[0][0])
     if a.whole_step:
-        report({"device": a.device, "whole_step": whole_step(model, windows[0][0], a.micro)})
+        cfg = MoEConfig(dispatch="dense")      # static shapes: no per-expert host sync inside the graph
+        model, _ = accumulation_model(cfg, me.device, graph_ready=True)
+        batch = tuple(t.to(me.device) for t in synthetic_batch(cfg, 2, 16, seed=me.rank))
+        report({"device": a.device, "whole_step": whole_step(model, batch, a.micro)})
         shutdown()
         return 0
-    params: list[torch.nn.Parameter] = []
-    bufs: list[torch.Tensor] = []
-    ptrs: list[int] = []
-    run_step = None
-    rows = []
-    for w, batches in enumerate(windows):
-        for x, y in batches:                   # the reference: plain FSDP2 accumulation, then one reduction
-            (ref.loss(x, y)[0] / a.micro).backward()
-        finalize(ref)
-
-        log.clear()
-        model.set_reshard_after_backward(False)
-        x0, y0 = batches[0]
-        (model.loss(x0, y0)[0] / a.micro).backward()        # FSDP2's own forward + backward, eager
-        current = unsharded_params(model)
-        if run_step is None:                   # first window: twin, static buffers, and the capture
-            params = list(current.values())
-            ptrs = [q.data_ptr() for q in params]
-            bufs = [torch.zeros_like(q.grad) for q in params]    # in the accumulation dtype (fp32)
-            step = local_grad_step(plain_twin(model), params, bufs, static_x, static_y, 1.0 / a.micro)
-            run_step = capture_step(step).replay if graphed else step
-        same = all(q is r for q, r in zip(current.values(), params, strict=True)) \
-            and [q.data_ptr() for q in params] == ptrs
-        if not same:
-            raise RuntimeError("FSDP2 moved an unsharded parameter: the captured graph would read stale memory")
-        for q, b in zip(params, bufs, strict=True):
-            b.copy_(q.grad)                    # microbatch 0's gradients into the static buffers ...
-            q.grad = b                         # ... which FSDP2 reduces at finalize_backward()
-        for x, y in batches[1:]:
-            static_x.copy_(x)
-            static_y.copy_(y)
-            run_step()                         # a replay on cuda; the same step, eagerly, on cpu
-        model.set_reshard_after_backward(True)  # finalize reshards (the storage is kept)
-        finalize(model)
-        rel = rel_grad_diff(model, ref)
-        row = {"window": w, "all_gather": log.count("all_gather"), "reduce_scatter": log.count("reduce_scatter"),
-               "same_storage": same, "rel_diff": rel}
-        rows.append(row)
-        if me.rank == 0:
-            how = "replayed" if graphed else "run eagerly in place of replays"
-            print(f"window {w}: microbatch 0 through FSDP2, {a.micro - 1} {how}; all-gathers per unit "
-                  f"{row['all_gather']}, reduce-scatters per unit {row['reduce_scatter']}; same parameter "
-                  f"memory: {same}; gradients vs plain FSDP2: max |diff| / max |grad| = {rel:.1e}")
-        assert all(c == 1 for c in row["reduce_scatter"].values()), row["reduce_scatter"]
-        assert rel < 1e-3, rel
-        for o in (opt, ref_opt):
-            o.step()
-            o.zero_grad()
+    rows = graph_split_accumulation(a.micro, a.windows, me.rank, me.device, graphed=graphed,
+                                    echo=print if me.rank == 0 else None)
     report({"device": a.device, "graphed": graphed, "micro": a.micro, "windows": rows})
     shutdown()
     return 0

@@ -11,14 +11,14 @@ quantizer
     (`pt215.timing.median_seconds`). Varies by run.
 quality
     Held-out perplexity per byte (`pt215.model.perplexity`) and next-token agreement with bf16
-    (`pt215.model.next_token_agreement`) on 24 windows of 256 bytes, per weight format (FP8 tensorwise and
-    rowwise through `pt215.fp8.quantize`, NVFP4; weight-only quantize-dequantize), for the dense and MoE
-    models: notebook 2's table. Deterministic.
+    (`pt215.model.next_token_agreement`) on four held-out slices of `--windows` windows of 256 bytes, for FP8
+    rowwise weight-only, NVFP4 weight-only and NVFP4 W4A4 (`pt215.nvfp4.w4a4`), on the dense and MoE models:
+    notebook 5.2's table, each change with its mean and 95% interval over the slices. Deterministic on one CPU.
 decode
-    Notebook 3's roofline measurement (`pt215.roofline.measure_decode_roofline`, same arguments): read and copy
-    bandwidth (copy counted as 2 x bytes, read + write: the book's convention), GEMM throughput, and fp32/bf16
-    decode steps at B=1 and B=4, interleaved round-robin on one thread, with the achieved-bandwidth fraction.
-    Varies by run; the notebook's stored output is one such run.
+    Notebook 5.3's measurement (`pt215.roofline.decode_sweep`): a model sized to four times this machine's
+    last-level cache (or `--bandwidth-mib` MiB), its cache-resident twin, the read and copy bandwidth over its
+    weights, the fp32 GEMM rate, and decode steps at B=1, 4 and 16, interleaved round-robin on all cores; each
+    step against its byte floor. Varies by run; the notebook's stored output is one such run.
 
 The defaults are the chapter's sizes; `--rows`, `--windows`, `--layers`, `--iters` and `--bandwidth-mib` shrink
 them for a quick check (tests/test_chapter_scripts.py).
@@ -27,9 +27,9 @@ them for a quick check (tests/test_chapter_scripts.py).
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -55,46 +55,57 @@ def quantizer_throughput(rows: int = 1024) -> None:
           f"torchao {x.numel() / t_ao / 1e6:.1f} M elem/s")
 
 
-FORMATS = ("fp8-tensorwise", "fp8-rowwise", "nvfp4")
+def recipes() -> dict[str, Callable[[torch.nn.Module], torch.nn.Module]]:
+    """Notebook 5.2's recipes: each builds the quantized model from the bf16 one."""
+    return {"FP8 rowwise (W8A16)": lambda m: M.with_weights(m, lambda n, w: nvfp4.fp8_roundtrip(w, "rowwise")),
+            "NVFP4 weight-only (W4A16)": lambda m: M.with_weights(m, lambda n, w: nvfp4.roundtrip(w)),
+            "NVFP4 W4A4": nvfp4.w4a4}
 
 
-def roundtrip(fmt: str, w: torch.Tensor) -> torch.Tensor:
-    """Weight-only quantize-dequantize of ``w`` in ``fmt`` (notebook 2's ``FMTS``), float32 out."""
-    if fmt == "nvfp4":
-        return nvfp4.quantize(w).dequantize(torch.float32)
-    return nvfp4.fp8_roundtrip(w, fmt.removeprefix("fp8-"))
+STARTS = (0, 45, 90, 135)  # the four held-out slices start at these windows (notebook 5.2)
 
 
-def quality(windows: int = 24, seq: int = 256) -> None:
-    held = M.load_corpus("heldout")[: seq * windows + 1]
+def _mean_interval(values: list[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return mean, 3.182 * sd / math.sqrt(len(values))  # Student's t, 3 degrees of freedom
+
+
+def quality(windows: int = 4, seq: int = 256) -> None:
+    held = M.load_corpus("heldout")
+    slices = [held[s * seq:(s + windows) * seq + 1] for s in STARTS]
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)  # as notebook 5.2: small models, and threads waiting for each other on a shared machine
+    try:
+        _quality(slices, seq)
+    finally:
+        torch.set_num_threads(prev)
+
+
+def _quality(slices: list[torch.Tensor], seq: int) -> None:
     for name in ("dense", "moe"):
         base = M.load_pretrained(name)
-        ppl0 = M.perplexity(base, held, seq_len=seq, batch=8)
-        print(f"{name:5s} bf16            ppl/byte {ppl0:.3f}  agreement 1.0000")
-        for fname in FORMATS:
-            q = M.with_weights(base, lambda n, w, fname=fname: roundtrip(fname, w))
-            ppl = M.perplexity(q, held, seq_len=seq, batch=8)
-            agree = M.next_token_agreement(q, base, held, seq_len=seq, batch=8)
-            print(f"{name:5s} {fname:<15} ppl/byte {ppl:.3f}  agreement {agree:.4f}")
+        ppl0 = [M.perplexity(base, sl, seq_len=seq, batch=8) for sl in slices]
+        for rname, make in recipes().items():
+            q = make(base)
+            change = [100 * (M.perplexity(q, sl, seq_len=seq, batch=8) / p - 1) for sl, p in zip(slices, ppl0, strict=True)]
+            agree = [M.next_token_agreement(q, base, sl, seq_len=seq, batch=8) for sl in slices]
+            mc, hc = _mean_interval(change)
+            print(f"{name:5s} {rname:<27} perplexity {mc:+.2f} % [{mc - hc:+.1f}, {mc + hc:+.1f}] over "
+                  f"{len(slices)} slices; agreement {sum(agree) / len(agree):.3f}")
 
 
-def decode(layers: int = 8, iters: int = 15, bandwidth_mib: int = 256) -> None:
-    torch.manual_seed(0)
-    cfg = M.ModelConfig(d_model=512, n_layers=layers, n_heads=8, n_kv_heads=2, ffn_hidden=1408, max_seq_len=1024)
-    model = M.build_model(cfg).eval()
-    models = {"fp32": model, "bf16": copy.deepcopy(model).to(torch.bfloat16)}
-    run = R.measure_decode_roofline(models, batches=(1, 4), context=64, iters=iters, warmup=3, threads=1,
-                                    bandwidth_bytes=bandwidth_mib * 2**20)
-    bw = run["read_bw"]
-    print(f"bandwidth ({run['threads']} thread, medians of {run['iters']} interleaved rounds): read "
-          f"{bw / 1e9:.2f} GB/s, copy {run['copy_bw'] / 1e9:.2f} GB/s (2 x bytes: read + write); GEMM fp32 "
-          f"{run['gemm_flops']['fp32'] / 1e9:.1f} / bf16 {run['gemm_flops']['bf16'] / 1e9:.1f} GFLOP/s")
-    for (fmt, b), r in run["decode"].items():
-        achieved = r["step_bytes"] / r["step_s"]
-        print(f"{fmt} decode, {model.num_params() / 1e6:.1f}M-param model, B={b}, context 64: step "
-              f"{r['step_s'] * 1e3:.1f} ms = {r['tokens_per_s']:.1f} tok/s; {r['step_bytes'] / 1e6:.1f} MB/step -> "
-              f"achieved {achieved / 1e9:.2f} GB/s = {achieved / bw:.0%} of read bandwidth; memory ceiling "
-              f"{R.predicted_tokens_per_s(r['step_bytes'], 0.0, b, bw):.1f} tok/s")
+def decode(layers: int = 8, iters: int = 5, bandwidth_mib: int | None = None) -> None:
+    run = R.decode_sweep("cpu", batches=(1, 4, 16), context=64, iters=iters, warmup=1, n_layers=layers,
+                         working_set=None if bandwidth_mib is None else bandwidth_mib * 2**20)
+    bw, peak = run["read_bw"], run["gemm_flops"]["fp32"]
+    llc = "unknown" if run["llc"] is None else f"{run['llc'] / 2**20:.0f} MiB"
+    print(f"last-level cache {llc}; weights {run['working_set'] / 2**20:.0f} MiB; {run['threads']} threads; "
+          f"read {bw / 1e9:.2f} GB/s, copy {run['copy_bw'] / 1e9:.2f} GB/s (2 x bytes: read + write), "
+          f"fp32 GEMM {peak / 1e9:.1f} GFLOP/s; {sum(run['ops']['model'].values())} aten ops per step")
+    for (name, b), r in run["decode"].items():
+        print(f"{name:<5} B={b:<3} step {r['step_s'] * 1e3:8.2f} ms = {r['tokens_per_s']:8.2f} tok/s; byte floor "
+              f"{r['step_bytes'] / bw * 1e3:8.2f} ms; compute floor {r['step_flops'] / peak * 1e3:7.2f} ms")
 
 
 def _positive(text: str) -> int:
@@ -109,10 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--only", choices=("quantizer", "quality", "decode"), action="append",
                    help="run only this measurement (repeatable); default: all three")
     p.add_argument("--rows", type=_positive, default=1024, help="quantizer input rows (x 4096 columns)")
-    p.add_argument("--windows", type=_positive, default=24, help="held-out windows of 256 bytes for quality")
-    p.add_argument("--layers", type=_positive, default=8, help="layers of the decode model (8: 22.8M params)")
-    p.add_argument("--iters", type=_positive, default=15, help="timed interleaved rounds of the decode roofline")
-    p.add_argument("--bandwidth-mib", type=_positive, default=256, help="buffer for the bandwidth measurement")
+    p.add_argument("--windows", type=_positive, default=4, help="held-out windows of 256 bytes per slice (4 slices)")
+    p.add_argument("--layers", type=_positive, default=8, help="layers of the decode model")
+    p.add_argument("--iters", type=_positive, default=5, help="timed interleaved rounds of the decode measurement")
+    p.add_argument("--bandwidth-mib", type=_positive, default=None,
+                   help="the decode model's weights in MiB (default: four times the last-level cache)")
     a = p.parse_args(argv)
     # torchao logs two deprecation warnings from torch.utils._pytree on import; they are not about NVFP4
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)

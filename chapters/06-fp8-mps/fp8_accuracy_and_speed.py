@@ -13,7 +13,8 @@ Three measurements, printed as numbered sections:
     grouped_mm vs a per-expert loop (bf16) and the FP8 loop: time of one MoE feed-forward step (8 experts,
     top-2, batch 4).
 3. decode matmul time
-    FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4 (the ratio the chapter quotes).
+    FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4, each variant cycling through distinct copies
+    of its weight so that the timing reads memory, not a cache.
 
 Timings are medians of interleaved repetitions (`pt215.timing.interleaved_medians`); on a GPU or a Mac each
 sample is 20 back-to-back calls between two device synchronizations, on CPU one call and one thread. `--small` runs every section on fewer tokens and smaller shapes,
@@ -23,6 +24,7 @@ to check the script, not to quote.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 from collections.abc import Sequence
 
@@ -31,6 +33,7 @@ import torch
 from pt215 import fp8, w8a8
 from pt215 import model as lm
 from pt215.moe import SeededMoE
+from pt215.mps_kernels import ROTATE_BYTES, copies_for
 from pt215.timing import interleaved_medians
 
 
@@ -85,24 +88,37 @@ def grouped_vs_loop(device: str, reps: int, hidden: int = 512, inter: int = 1024
           f"(FP8/grouped {t['fp8'] / t['grouped']:.1f}x)")
 
 
-def decode_ratio(device: str, reps: int, sizes: Sequence[int] = (1024, 4096)) -> None:
-    """Section 3: FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4, for K = N in `sizes`."""
-    print(f"3. decode matmul on {device}, FP8 scaled_mm (incl. activation quantization) vs bf16, median of {reps}:")
+def decode_ratio(device: str, reps: int, sizes: Sequence[int] = (1024, 4096), rotate_bytes: int = ROTATE_BYTES) -> None:
+    """Section 3: FP8 scaled_mm vs bf16 matmul at decode shapes M = 1, 2, 4, for K = N in `sizes`.
+
+    Each variant cycles through distinct copies of its weight (`pt215.mps_kernels.copies_for`, `rotate_bytes`
+    of bf16 before one is read again): one weight timed over and over is served from a cache, not memory.
+    """
+    print(f"3. decode matmul on {device}, FP8 scaled_mm (incl. activation quantization) vs bf16, median of {reps}, "
+          "weights rotated:")
     for k in sizes:
-        w16 = (torch.randn(k, k, generator=torch.Generator().manual_seed(2)) / 32).to(torch.bfloat16)
-        qs = {sc: fp8.quantize(w16.float(), scaling=sc) for sc in ("tensorwise", "rowwise")}
-        w16 = w16.to(device)
-        qs = {sc: fp8.FP8Tensor(q.data.to(device), q.scale.to(device), sc) for sc, q in qs.items()}
+        g = torch.Generator().manual_seed(2)
+        w16s = [(torch.randn(k, k, generator=g) / 32).to(torch.bfloat16) for _ in range(copies_for(2 * k * k,
+                                                                                                 rotate_bytes))]
+        qs = {sc: [fp8.quantize(w.float(), scaling=sc) for w in w16s] for sc in ("tensorwise", "rowwise")}
+        w16s = [w.to(device) for w in w16s]
+        qs = {sc: [fp8.FP8Tensor(q.data.to(device), q.scale.to(device), sc) for q in ql] for sc, ql in qs.items()}
         for m in (1, 2, 4):
             x = torch.randn(m, k).to(torch.bfloat16).to(device)
-            s = interleaved_medians({"bf16": lambda x=x, w=w16: x @ w.t(),
-                                     "tensorwise": lambda x=x, q=qs["tensorwise"]: fp8.scaled_matmul(x, q),
-                                     "rowwise": lambda x=x, q=qs["rowwise"]: fp8.scaled_matmul(x, q)},
+            s = interleaved_medians({"bf16": _cycling(lambda w, x=x: x @ w.t(), w16s),
+                                     "tensorwise": _cycling(lambda q, x=x: fp8.scaled_matmul(x, q), qs["tensorwise"]),
+                                     "rowwise": _cycling(lambda q, x=x: fp8.scaled_matmul(x, q), qs["rowwise"])},
                                     iters=reps, warmup=1, device=device, calls=calls_per_sample(device))
             t = {name: sec * 1e3 for name, sec in s.items()}  # ms
             print(f"   K=N={k:<5} M={m}  bf16 {t['bf16']:8.3f} ms | FP8 tensorwise {t['tensorwise']:8.3f} ms "
                   f"({t['tensorwise'] / t['bf16']:5.1f}x) | FP8 rowwise {t['rowwise']:8.3f} ms "
                   f"({t['rowwise'] / t['bf16']:5.1f}x)")
+
+
+def _cycling(fn, items):
+    """fn(next item) on each call: every call reads a weight the previous calls did not."""
+    nxt = itertools.cycle(items).__next__
+    return lambda: fn(nxt())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.small:
         accuracy(windows=1)
         grouped_vs_loop(a.device, 3, hidden=128, inter=256)
-        decode_ratio(a.device, 3, sizes=(256,))
+        decode_ratio(a.device, 3, sizes=(256,), rotate_bytes=2**20)
     else:
         accuracy()
         grouped_vs_loop(a.device, a.reps)

@@ -6,7 +6,8 @@ row ``i`` of ``block_table`` lists the pages of sequence ``i`` in order and ``se
 their tokens are valid. It runs only on CUDA (cuDNN on sm_90/sm_100, or Flash). :func:`paged_attention_reference`
 computes the same thing anywhere: gather the pages, cut to ``seqused_k``, then
 ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)`` per sequence.
-:class:`PagePool` is a minimal page allocator showing how paging manages KV memory.
+:class:`PagePool` is a minimal page allocator showing how paging manages KV memory;
+:func:`block_table_figure` draws a pool's block table and pages as the pool holds them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["gather_pages", "paged_attention_reference", "PagePool"]
+__all__ = ["gather_pages", "paged_attention_reference", "PagePool", "block_table_figure"]
 
 
 def gather_pages(pages: torch.Tensor, block_table_row: torch.Tensor, length: int) -> torch.Tensor:
@@ -128,3 +129,45 @@ class PagePool:
         bt = torch.tensor(self.pages[seq], dtype=torch.int32)
         n = self.lengths[seq]
         return gather_pages(self.k, bt, n), gather_pages(self.v, bt, n)
+
+
+def block_table_figure(pool: PagePool, seqs: list[int]):
+    """A paged KV cache drawn from ``pool``'s state (chapter 5, notebook 5.4): each sequence's block-table row
+    (the page numbers it owns, in order), and the pool's pages coloured by the sequence that owns them, with
+    the number of valid tokens in each. Returns ``(fig, ax)``; end the cell with ``pt215.figures.show``."""
+    from pt215.diagrams import arrow, box, canvas, note
+
+    if not isinstance(pool, PagePool) or not seqs:
+        raise ValueError("block_table_figure needs a PagePool and the sequence ids to draw")
+    tones = ("blue", "orange", "green", "purple", "vermillion", "sky")
+    n_pages = pool.k.shape[0]
+    owner = {p: i for i, s in enumerate(seqs) for p in pool.pages[s]}
+    width = max(len(pool.pages[s]) for s in seqs)
+    cols = max(n_pages, width + 3)
+    fig, ax = canvas(7.4, 1.4 + 0.5 * len(seqs) + 1.4, xlim=(-2.6, cols + 0.2),
+                     ylim=(-2.9, len(seqs) * 0.9 + 0.3))
+    note(ax, -2.5, len(seqs) * 0.9 + 0.05, "block table (one row per sequence)", ha="left", fontsize=9)
+    for r, s in enumerate(seqs):
+        y = (len(seqs) - 1 - r) * 0.9
+        note(ax, -0.2, y + 0.35, f"seq {s}: {pool.lengths[s]} tokens", ha="right", fontsize=8)
+        for c in range(width):
+            page = pool.pages[s][c] if c < len(pool.pages[s]) else None
+            box(ax, c, y, 1, 0.7, "" if page is None else str(page), fill=tones[r % len(tones)] if page is not None
+                else "#ffffff", rounded=False, alpha=0.45 if page is not None else 1.0, fontsize=9)
+    note(ax, -2.5, -2.6, f"page pool ({n_pages} pages of {pool.page_size} tokens): colour = owner, "
+         "number = valid tokens, white = free", ha="left", fontsize=9)
+    for p in range(n_pages):
+        r = owner.get(p)
+        used = 0
+        if r is not None:
+            s = seqs[r]
+            idx = pool.pages[s].index(p)
+            used = min(pool.page_size, pool.lengths[s] - idx * pool.page_size)
+        box(ax, p, -1.7, 1, 0.8, str(used) if r is not None else "", fill=tones[r % len(tones)] if r is not None
+            else "#ffffff", rounded=False, alpha=0.45 if r is not None else 1.0, fontsize=8)
+        note(ax, p + 0.5, -2.05, str(p), fontsize=6, tone="grey")
+    r = max(range(len(seqs)), key=lambda i: len(pool.pages[seqs[i]]))  # the longest row's indirection
+    y = (len(seqs) - 1 - r) * 0.9
+    for c, page in enumerate(pool.pages[seqs[r]]):
+        arrow(ax, (c + 0.5, y), (page + 0.5, -0.9), dashed=True, tone="grey")
+    return fig, ax

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 GB = 1e9
-COPY_MIN_DEFAULT = 128 * 2**20  # the CLI's smallest default copy size: above typical last-level caches
+COPY_MIN_DEFAULT = 128 * 2**20  # the CLI's smallest default copy size (some CPUs' last-level caches are larger)
 
 #: Collectives the benchmark knows, with the nccl-tests bus-bandwidth factor as a function of n.
 _FACTORS: dict[str, Callable[[int], float]] = {
@@ -344,7 +344,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="process-group backend: auto (nccl with GPUs, else gloo), gloo, nccl, nccl-legacy, ...")
     p.add_argument("--copy-bytes", type=parse_size, default=None,
                    help="size of the copy-bandwidth measurement (default: the largest sweep size, "
-                        "at least 128M so that caches do not serve it)")
+                        "at least 128M; a last-level cache larger than it can serve part of it)")
     p.add_argument("--no-check", action="store_true", help="skip the per-size correctness check")
     p.add_argument("--net-gbps", type=float, default=None,
                    help="on GPUs across nodes: the network's peak, GB/s per direction per GPU (else unknown)")

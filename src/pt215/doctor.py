@@ -4,7 +4,7 @@ One line per check, with its verdict (ok / warn / fail / skip) and, for each war
 A `fail` means the machine cannot follow the CPU track of the workshop; everything that only a GPU or a Mac
 adds is a `warn` or a `skip`. The exit code is 0 when nothing failed. `--json` prints a report for a
 facilitator collecting them (machine summary + checks); `--upgrade` adds the rest of the environment checks of
-the "Upgrading a job to 2.15" chapter (`pt215.upgrade_checks`, where the Python, torch, wheel and driver checks
+the "Upgrading a job to 2.15" chapter (`pt215.upgrade.environment`, where the Python, torch, wheel and driver checks
 the doctor runs are defined too).
 
 Every failing line carries its cause: the exception a broken `import torch` raised, the last stderr line of
@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pt215.checks import Check
-from pt215.upgrade_checks import (
+from pt215.upgrade.environment import (
+    Check,
     Torch,
     check_driver,
     check_macos_mps,
@@ -53,7 +53,9 @@ from pt215.upgrade_checks import (
 __all__ = ["BOOK_DATA", "Torch", "collect", "main", "machine_summary"]
 
 DISK_FAIL_GIB, DISK_WARN_GIB = 1.0, 5.0
-MEM_FAIL_GIB, MEM_WARN_GIB = 4.0, 8.0  # total memory; the largest notebook's peak is in data/workshop/hub-sizing.json
+# Total memory. Settings, not measurements: the largest measured peak of one notebook with its ranks (PSS) is in
+# data/workshop/hub-sizing.json (about 2.3 GiB, notebook 11.4); MEM_FAIL_GIB leaves room for the OS and Jupyter.
+MEM_FAIL_GIB, MEM_WARN_GIB = 4.0, 8.0
 NPROC = 4  # ranks of the launch check: the chapters' multi-rank demos run 4
 LAUNCH = f"{NPROC}-rank gloo job"
 SECTION = "workshop/index"
@@ -164,7 +166,8 @@ def check_memory(total_gib: float, available_gib: float, limited_by: str = "") -
     """`limited_by`: where the limit comes from when it is not the host's memory ("cgroup limit")."""
     text = f"{total_gib:.1f} GiB total, {available_gib:.1f} GiB available" + (f" ({limited_by})" if limited_by else "")
     if total_gib < MEM_FAIL_GIB:
-        return Check("memory", "fail", f"{text}; the 4-rank demos need {MEM_FAIL_GIB:g} GiB",
+        return Check("memory", "fail",
+                     f"{text}; the book asks for {MEM_FAIL_GIB:g} GiB (its 4-rank notebooks peak above 2 GiB)",
                      fix="use a machine (or hub profile) with more memory")
     if available_gib < MEM_FAIL_GIB or total_gib < MEM_WARN_GIB:
         return Check("memory", "warn", f"{text}; close other programs and kernels before the 4-rank demos",
@@ -185,8 +188,8 @@ def check_fp8(problem: str | None) -> Check:
     """`problem`: `pt215.fp8.cpu_fp8_matmul_problem()`, None when `torch._scaled_mm` runs on this CPU."""
     if problem is None:
         return Check("FP8 on CPU", "ok", "torch._scaled_mm runs on float8_e4m3fn CPU tensors (chapter 6)")
-    return Check("FP8 on CPU", "warn", f"{problem}: notebook 6.1 shows the reference path's result instead, and "
-                 "pt215.fp8.scaled_matmul falls back to it (dequantize + fp32 matmul)",
+    return Check("FP8 on CPU", "warn", f"{problem}: only tensorwise torch._scaled_mm fails here; F.scaled_mm and "
+                 "rowwise torch._scaled_mm take the reference path (dequantize + fp32 matmul), as notebook 6.1 shows",
                  fix="nothing to do for the notebooks; for FP8 kernels run chapter 6 on a GPU or a Mac, or on a CPU "
                      "where oneDNN builds them")
 

@@ -10,7 +10,14 @@ torch 2.15 writes one dump per rank (pickle by `_dump_fr_trace_file` and the wat
   which makes torch's analyzer (`python -m torch.distributed.flight_recorder.fr_trace`) crash with a KeyError;
 - `diagnose(dump_dir)`: structured findings, one per stuck process group (group, collective sequence id,
   operation, sizes/dtypes, ranks that reached it, ranks missing or mismatched, where the missing ranks are);
-- `timeline(dumps)` / `plot_timeline(dumps)`: sequence ids over time per rank;
+- `timeline(dumps)` / `plot_timeline(dumps)`: sequence ids over time per rank; `plot_wait_for(diag)`: the
+  wait-for graph of a diagnosis (ranks grouped by where they are once a job is large);
+- `settled_trace()`: an in-process dump taken once every group's completions have caught up (gloo marks a
+  collective completed on its worker thread, shortly after `wait()` returns);
+- `apply_rank_env(...)`: a rank-dependent environment override, applied before `init_process_group`;
+- `cvar_names(header)`: which environment variables a torch header's lists name, in the order they are read;
+- `write_synthetic_job(...)`: a fire drill, one dump per rank of a planted hang at any scale (1,024 ranks in 2.6);
+- `TRIAGE` and `plot_triage_tree()`: the symptom -> cause -> next step table of the runbook (2.6);
 - a CLI: `python -m pt215.flight DIR [--json] [--repair-to OUT] [--allow-incomplete]`.
 
 Limits: point-to-point operations (send/recv) appear in the timeline but are not matched across ranks; a
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import pickle
 import re
@@ -32,19 +40,28 @@ from typing import Any
 
 __all__ = [
     "ENV_VARS",
+    "TRIAGE",
     "Diagnosis",
     "DumpError",
     "Finding",
     "RankDump",
+    "apply_rank_env",
+    "cvar_names",
     "diagnose",
     "load_dump",
     "load_dumps",
     "main",
     "plot_timeline",
+    "plot_triage_tree",
+    "plot_wait_for",
+    "rank_ranges",
     "repair",
     "run_analyzer",
+    "settled_trace",
     "timeline",
+    "user_frame",
     "write_repaired",
+    "write_synthetic_job",
 ]
 
 # name, legacy name it replaces (None if new), default in torch 2.15, what it does.
@@ -60,9 +77,37 @@ ENV_VARS: list[tuple[str, str | None, str, str]] = [
     ("TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC", "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "15000",
      "how long one dump attempt on the failure path may take"),
     ("TORCH_FR_CPP_STACK", "TORCH_NCCL_TRACE_CPP_STACK", "false", "record C++ stacks in the entries"),
-    ("TORCH_FR_DUMP_DYNAMIC_FILE_NAME", None, "unset", "dynamic dump file name"),
+    ("TORCH_FR_DUMP_DYNAMIC_FILE_NAME", None, "unset",
+     "1: every file dump re-reads TORCH_FR_DUMP_TEMP_FILE and writes to that exact path, no rank appended"),
     ("TORCH_INCLUDE_STACK_TRACE", None, "true", "include Python stack frames in a dump"),
     ("TORCH_INCLUDE_ONLY_ACTIVE", None, "false", "dump only collectives that have not completed"),
+]
+
+#: The settings the legacy `ProcessGroupNCCL` (`nccl-legacy`, `TORCH_DIST_USE_NCCL2=0`) reads itself, under the
+#: legacy name only (its own lists in `ProcessGroupNCCL.hpp`): a job that may roll back sets both names.
+LEGACY_ONLY: tuple[str, ...] = ("TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                                "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC")
+
+#: The runbook's tree (chapter 2.6): what the dumps (or the job) show, the likely cause, the next step.
+TRIAGE: list[tuple[str, str, str]] = [
+    ("a group's collective misses rank R, and R is in no collective",
+     "R is stuck outside communication: compute, data loading, I/O, a Python deadlock",
+     "take R's stack (py-spy dump, kill -USR1 with faulthandler, dump_traceback), not more dumps"),
+    ("two groups wait on each other (a cycle)",
+     "a rank skipped a collective, or issued two in a different order",
+     "the rank alone on one side; read its stack or the frame the dump recorded"),
+    ("every member reached collective N, but ops, sizes or dtypes differ",
+     "a rank-dependent branch, an uneven batch, dtype drift",
+     "the mismatched ranks; reproduce with TORCH_DISTRIBUTED_DEBUG=DETAIL"),
+    ("the world group misses R, and R waits in a sub-group",
+     "the fault is in the sub-group; the world group is only where it shows",
+     "follow the chain to the sub-group where a member is missing"),
+    ("a rank has no dump, or a dump with no entries",
+     "it crashed or was killed first; or its recorder was off (TORCH_FR_BUFFER_SIZE=0 there)",
+     "its exit code, dmesg and Xid errors, its environment; diagnose the rest with --allow-incomplete"),
+    ("every member completed every collective",
+     "not a collective hang",
+     "the host: data pipeline, checkpoint I/O, the scheduler; NCCL_DEBUG=WARN for the network"),
 ]
 
 _REQUIRED = ("entries", "pg_config", "version")
@@ -107,10 +152,14 @@ class Finding:
 
     def describe(self) -> str:
         head = (f"group {self.group}:{self.group_desc} seq {self.seq_id} {self.op} "
-                f"sizes={self.sizes} dtypes={self.dtypes}: reached by ranks {self.reached}")
+                f"sizes={self.sizes} dtypes={self.dtypes}: reached by rank{'s' if len(self.reached) > 1 else ''} "
+                f"{rank_ranges(self.reached)}")
         lines = [head]
+        by_where: dict[str, list[int]] = {}
         for r in self.missing:
-            lines.append(f"  rank {r} missing; {self.where.get(r, 'no dump')}")
+            by_where.setdefault(self.where.get(r, "no dump"), []).append(r)
+        for where, ranks in by_where.items():
+            lines.append(f"  rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)} missing; {where}")
         for r, what in sorted(self.mismatched.items()):
             lines.append(f"  rank {r} mismatched: issued {what} instead")
         return "\n".join(lines)
@@ -126,17 +175,40 @@ class Diagnosis:
     position: dict[int, str]  # rank -> where it is (its oldest unfinished collective, or "not in a collective")
     cycle: list[str]  # groups that wait on each other in a cycle (a deadlock across groups), or []
     repaired: list[str]  # what repair() had to fix
+    silent: list[int] = field(default_factory=list)  # ranks whose dump holds nothing (their recorder was off)
 
     @property
     def healthy(self) -> bool:
         return not self.findings
 
+    def _root(self) -> Finding:
+        in_cycle = [f for f in self.findings if f"{f.group}:{f.group_desc}" in self.cycle and f.missing]
+        def size(f: Finding) -> int:  # members whose dumps say something: a silent rank cannot be placed
+            return len([r for r in self.groups[f.group]["ranks"] if r not in self.silent])
+        return min(in_cycle, key=lambda f: (size(f), len(f.missing), f.group))
+
+    @property
+    def suspects(self) -> list[int]:
+        """In a cycle, the ranks missing from the smallest stuck group (then: the fewest missing): the rank that
+        skipped a collective, or issued it later, is on that side; the others in the cycle only wait. [] without a
+        cycle."""
+        if not self.cycle or not any(f.missing for f in self.findings):
+            return []
+        return sorted(self._root().missing)
+
+    def by_position(self) -> dict[str, list[int]]:
+        """Where the ranks are, each place with the ranks there, the most common first: the view of a large job."""
+        out: dict[str, list[int]] = {}
+        for r in self.ranks:
+            out.setdefault(self.position[r], []).append(r)
+        return dict(sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[1][0])))
+
     def summary(self) -> str:
-        lines = [f"ranks with dumps: {self.ranks}"]
+        lines = [f"ranks with dumps: {rank_ranges(self.ranks)}"]
         if self.repaired:
             lines.append("repaired: " + "; ".join(self.repaired))
-        for r in self.ranks:
-            lines.append(f"rank {r}: {self.position[r]}")
+        for where, ranks in sorted(self.by_position().items(), key=lambda kv: kv[1][0]):
+            lines.append(f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}: {where}")
         if self.healthy:
             lines.append("verdict: no stuck collective (every member of every group completed its last collective)")
             return "\n".join(lines)
@@ -149,21 +221,54 @@ class Diagnosis:
         if self.healthy:
             return "healthy"
         parts = []
+        if self.silent:
+            parts.append(f"{_ranks_word(self.silent)} recorded nothing (recorder off there: TORCH_FR_BUFFER_SIZE=0?): "
+                         "the dumps cannot say where; take the stacks")
         for f in self.findings:
             if f.kind == "mismatch":
-                parts.append(f"ranks {sorted(f.mismatched)} issued a different collective at "
+                parts.append(f"{_ranks_word(sorted(f.mismatched))} issued a different collective at "
                              f"{f.group}:{f.group_desc} seq {f.seq_id}")
+        nodump = sorted({r for f in self.findings for r in f.missing if r not in self.position})
+        if nodump:
+            parts.append(f"{_ranks_word(nodump)} wrote no dump (crashed or killed first?): read the exit code and "
+                         "the node's log")
         idle = sorted({r for f in self.findings for r in f.missing if self.position.get(r) == "not in a collective"})
         if idle:
-            parts.append(f"rank(s) {idle} never reached the collective and are in no collective "
-                         "(compute, data loading or a Python hang): take their stacks")
+            parts.append(f"{_ranks_word(idle)} never reached the collective and {'is' if len(idle) == 1 else 'are'} "
+                         "in no collective (compute, data loading or a Python hang): take the stack")
         if self.cycle:
             parts.append("groups " + " -> ".join(self.cycle) + " wait on each other: ranks skipped a collective "
                          "or issued collectives in different orders")
+            if self.suspects:
+                f = self._root()
+                parts.append(f"suspect: {_ranks_word(self.suspects)}, missing from {f.group}:{f.group_desc} (the "
+                             "smallest stuck group, then the one fewest ranks are missing from): read its stack: did "
+                             "it skip that collective, or issue it later?")
         if not parts:
-            parts.append("ranks " + str(sorted({r for f in self.findings for r in f.missing}))
+            parts.append(_ranks_word(sorted({r for f in self.findings for r in f.missing}))
                          + " never reached a collective the others are waiting in")
         return "; ".join(parts)
+
+
+def _ranks_word(ranks: Sequence[int]) -> str:
+    return f"rank{'s' if len(set(ranks)) > 1 else ''} {rank_ranges(ranks)}"
+
+
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """Ranks as short text: runs of three or more as `a-b` (`[0, 1, 2, 3, 5, 7, 8]` -> `0-3, 5, 7, 8`)."""
+    rs = sorted(set(int(r) for r in ranks))
+    if not rs:
+        return "none"
+    out: list[str] = []
+    start = prev = rs[0]
+    for r in [*rs[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        out.append(f"{start}-{prev}" if prev - start >= 2 else ", ".join(str(x) for x in range(start, prev + 1)))
+        if r is not None:
+            start = prev = r
+    return ", ".join(out)
 
 
 # ---------------------------------------------------------------- loading
@@ -220,8 +325,18 @@ def _int_status(status: Mapping[str, Any]) -> dict[str, Any]:
 def _ranks_of(info: Mapping[str, Any]) -> list[int]:
     ranks = info.get("ranks", [])
     if isinstance(ranks, str):
-        ranks = ast.literal_eval(ranks)
+        return list(_parse_ranks(ranks))
     return [int(r) for r in ranks]
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_ranks(text: str) -> tuple[int, ...]:
+    """A `pg_config` rank list as torch writes it ("[0, 1, 2]"); every rank of a group repeats the same string."""
+    try:
+        ranks = json.loads(text)
+    except ValueError:
+        ranks = ast.literal_eval(text)
+    return tuple(int(r) for r in ranks)
 
 
 def _check_same_job(dumps: Mapping[int, RankDump]) -> None:
@@ -238,29 +353,32 @@ def _check_same_job(dumps: Mapping[int, RankDump]) -> None:
                                 f"{dsc!r} on rank {d.rank}; expected one job's dumps")
             desc.setdefault(name, (dsc, d.rank))
     # A collective that completed on two ranks was in flight on both at the same time: its creation times can
-    # differ by at most its timeout. Dumps from different runs fail this.
-    ranks = sorted(dumps)
-    for i, a in enumerate(ranks):
-        for b in ranks[i + 1:]:
-            da, db = dumps[a], dumps[b]
-            done_b = {}
-            for e in db.entries:
-                if not e.get("is_p2p") and _completed(db, e):
-                    done_b[(e["process_group"][0], e["collective_seq_id"])] = e
-            for e in da.entries:
-                other = done_b.get((e["process_group"][0], e["collective_seq_id"]))
-                if other is None or e.get("is_p2p") or not _completed(da, e):
-                    continue
-                t1, t2 = e.get("time_created_ns"), other.get("time_created_ns")
-                if not t1 or not t2:
-                    continue
-                limit = max(e.get("timeout_ms") or 0, other.get("timeout_ms") or 0) / 1e3 + _SLACK_S
-                gap = abs(t1 - t2) / 1e9
-                if gap > limit:
-                    raise DumpError(
-                        f"mixed dumps: {da.path.name} and {db.path.name} both completed collective "
-                        f"{e['process_group'][0]}:{e['collective_seq_id']} but {gap:.0f} s apart (timeout "
-                        f"{limit - _SLACK_S:.0f} s); expected dumps from one run of one job")
+    # differ by at most its timeout. Dumps from different runs fail this. One pass: the earliest and the latest
+    # creation time of each completed collective, over all ranks.
+    span: dict[tuple[str, int], list[Any]] = {}  # key -> [t_min, rank_min, t_max, rank_max, limit_s]
+    for r, d in dumps.items():
+        for e in d.entries:
+            t = e.get("time_created_ns")
+            if not t or e.get("is_p2p") or not _completed(d, e):
+                continue
+            key = (e["process_group"][0], e["collective_seq_id"])
+            limit = (e.get("timeout_ms") or 0) / 1e3
+            s = span.get(key)
+            if s is None:
+                span[key] = [t, r, t, r, limit]
+                continue
+            if t < s[0]:
+                s[0], s[1] = t, r
+            if t > s[2]:
+                s[2], s[3] = t, r
+            s[4] = max(s[4], limit)
+    for (pg, seq), (t_min, r_min, t_max, r_max, limit) in sorted(span.items()):
+        gap = (t_max - t_min) / 1e9
+        if gap > limit + _SLACK_S:
+            a, b = sorted((r_min, r_max))
+            raise DumpError(
+                f"mixed dumps: {dumps[a].path.name} and {dumps[b].path.name} both completed collective "
+                f"{pg}:{seq} but {gap:.0f} s apart (timeout {limit:.0f} s); expected dumps from one run of one job")
 
 
 def load_dumps(dump_dir: str | Path, *, allow_incomplete: bool = False) -> dict[int, RankDump]:
@@ -392,20 +510,41 @@ def _op_text(e: Mapping[str, Any]) -> str:
     return f"{e['profiling_name']} {list(e['input_sizes'])} {list(e.get('input_dtypes', []))}"
 
 
+def user_frame(e: Mapping[str, Any]) -> str | None:
+    """Where the user's code issued entry `e`: the innermost recorded Python frame outside torch, as
+    `file.py:line in function` (the file's name only), or None when the dump holds no frames."""
+    for f in e.get("frames") or ():
+        name = str(f.get("filename", ""))
+        if not name or "/torch/" in name.replace("\\", "/") or name.startswith("torch/") or name.startswith("<"):
+            continue
+        return f"{Path(name).name}:{f.get('line')} in {f.get('name')}"
+    return None
+
+
+def _silent(d: RankDump) -> bool:
+    """A dump that holds nothing at all: written by a rank whose recorder was off (TORCH_FR_BUFFER_SIZE=0)."""
+    return not d.entries and not d.pg_status
+
+
 def _position(d: RankDump, done_by_a_peer: set[tuple[str, int]] | frozenset = frozenset()) -> tuple[str, str | None]:
     """(text, group name) of the rank's oldest collective that has not completed, if any.
 
     A collective some member of its group has completed is not one this rank waits in, even where its own entry
     still reads "started": a peer can only finish it once every rank has contributed, and a rank's recorder may
-    mark its last collective completed late (`done_by_a_peer`: (group name, sequence id) pairs).
+    mark its last collective completed late (`done_by_a_peer`: (group name, sequence id) pairs). Where the dump
+    holds Python frames, the text ends with the line of the user's code that issued the collective.
     """
+    if _silent(d):
+        return "recorded nothing (its recorder was off: TORCH_FR_BUFFER_SIZE=0 on this rank?)", None
     pending = [e for e in d.entries if not e.get("is_p2p") and not _completed(d, e)
                and (e["process_group"][0], e["collective_seq_id"]) not in done_by_a_peer]
     if not pending:
         return "not in a collective", None
     e = min(pending, key=lambda e: e["record_id"])
     name, desc = e["process_group"]
-    return f"waiting in {name}:{desc} seq {e['collective_seq_id']} {_op_text(e)}", name
+    where = user_frame(e)
+    at = f", issued at {where}" if where else ""
+    return f"waiting in {name}:{desc} seq {e['collective_seq_id']} {_op_text(e)}{at}", name
 
 
 def _find_cycle(edges: Mapping[str, set[str]]) -> list[str]:
@@ -436,17 +575,19 @@ def diagnose(dump_dir: str | Path | Mapping[int, RankDump], *, allow_incomplete:
     if not dumps:
         raise DumpError("diagnose(): no dumps given")
     groups, fixes = _groups(dumps)
+    silent = sorted(r for r, d in dumps.items() if _silent(d))
     done_by_a_peer = {(e["process_group"][0], e["collective_seq_id"]) for d in dumps.values() for e in d.entries
                       if not e.get("is_p2p") and _completed(d, e)}
     positions = {r: _position(d, done_by_a_peer) for r, d in dumps.items()}
     findings: list[Finding] = []
     for name, g in groups.items():
-        members = list(g["ranks"])  # a member without a dump counts as missing ("no dump")
+        # a member without a dump ("no dump") or with an empty one (its recorder was off) is left out of the
+        # comparison, since nothing says what it issued; it is the suspect of a collective all the others are in
+        members = [r for r in g["ranks"] if r in dumps and r not in silent]
+        quiet = [r for r in g["ranks"] if r not in members]
         ops: dict[int, dict[int, dict[str, Any]]] = {r: {} for r in members}
         last: dict[int, int] = {r: -1 for r in members}
         for r in members:
-            if r not in dumps:
-                continue
             d = dumps[r]
             mine = {e["collective_seq_id"]: e for e in d.entries
                     if e["process_group"][0] == name and not e.get("is_p2p")}
@@ -454,7 +595,7 @@ def diagnose(dump_dir: str | Path | Mapping[int, RankDump], *, allow_incomplete:
             pg_ids = {e["pg_id"] for e in mine.values()}
             st = [_status(d, p).get("last_enqueued_collective", -1) for p in pg_ids]
             last[r] = max([*mine, *st, 0])
-        if not any(r in dumps for r in members):
+        if not members:
             continue
         top = max(last.values())
         # First sequence id not completed on every member that has it, or not issued by every member.
@@ -473,7 +614,9 @@ def diagnose(dump_dir: str | Path | Mapping[int, RankDump], *, allow_incomplete:
             missing = [r for r in members if last[r] < seq]
             mismatched = {r: t for t, rs in texts.items() if t != major[0] for r in rs}
             if not missing and not mismatched:
-                continue  # everyone is in it and it matches: stuck because of another group
+                if not quiet:
+                    continue  # everyone is in it and it matches: stuck because of another group
+                missing = quiet  # every member that recorded is in it: the silent ones are the only suspects
             where = {r: positions[r][0] if r in positions else "no dump" for r in [*missing, *mismatched]}
             findings.append(Finding(
                 kind="mismatch" if mismatched else "missing", group=name, group_desc=g["desc"], seq_id=seq,
@@ -493,6 +636,7 @@ def diagnose(dump_dir: str | Path | Mapping[int, RankDump], *, allow_incomplete:
     return Diagnosis(
         ranks=sorted(dumps), groups=groups, findings=findings,
         position={r: p[0] for r, p in positions.items()}, cycle=[named[n] for n in cycle], repaired=fixes,
+        silent=silent,
     )
 
 
@@ -517,16 +661,20 @@ def timeline(dumps: Mapping[int, RankDump]) -> list[dict[str, Any]]:
 def plot_timeline(dumps: Mapping[int, RankDump], ax: Any = None, title: str | None = None) -> Any:
     """Plot each rank's collectives over time (x: seconds since the first entry, y: rank; label: group/seq).
 
-    Completed collectives are dots; collectives still pending when the rank dumped are red crosses.
+    Completed collectives are dots, one colour per group; collectives still pending when the rank dumped are
+    crosses in vermillion.
     """
     import matplotlib.pyplot as plt
 
+    from pt215.figures import COLORS, use_style
+
+    use_style()
     rows = timeline(dumps)
     if ax is None:
-        _, ax = plt.subplots(figsize=(9, 0.6 + 0.7 * len(dumps)))
+        _, ax = plt.subplots(figsize=(7.5, 0.9 + 0.7 * len(dumps)))
     groups = sorted({row["group"] for row in rows}, key=lambda g: (len(g.split(":")[0]), g))
     offs = {g: (i - (len(groups) - 1) / 2) * 0.18 for i, g in enumerate(groups)}
-    colors = [f"C{k}" for k in range(10) if k != 3]  # C3 is red: kept for "not completed"
+    colors = [COLORS[c] for c in ("blue", "green", "orange", "purple", "sky", "grey", "black")]
     for i, g in enumerate(groups):
         color = colors[i % len(colors)]
         pts = [row for row in rows if row["group"] == g]
@@ -537,8 +685,8 @@ def plot_timeline(dumps: Mapping[int, RankDump], ax: Any = None, title: str | No
                         textcoords="offset points", color=color)
         stuck = [p for p in pts if not p["completed"]]
         ax.scatter([p["t"] for p in stuck], [p["rank"] + offs[g] for p in stuck], s=70, marker="x",
-                   color="red", zorder=3)
-    ax.scatter([], [], s=70, marker="x", color="red", label="not completed")
+                   color=COLORS["vermillion"], zorder=3)
+    ax.scatter([], [], s=70, marker="x", color=COLORS["vermillion"], label="not completed")
     ax.set_yticks(sorted(dumps))
     ax.set_yticklabels([f"rank {r}" for r in sorted(dumps)])
     ax.set_ylim(max(dumps) + 0.6, min(dumps) - 0.6)
@@ -547,6 +695,252 @@ def plot_timeline(dumps: Mapping[int, RankDump], ax: Any = None, title: str | No
     if title:
         ax.set_title(title)
     return ax
+
+
+def plot_wait_for(diag: Diagnosis, ax: Any = None, *, group_ranks: bool | None = None) -> Any:
+    """Draw the wait-for graph of `diag`: ranks on the left, stuck collectives on the right; a rank points at the
+    collective it waits in, a collective points back at each rank it still needs. A cycle of arrows is a deadlock.
+
+    With `group_ranks` (default: when the job has more than 8 ranks) a node stands for every rank in one place
+    (`Diagnosis.by_position`), labelled with its ranks and their count, so a 1,024-rank job stays legible.
+    """
+    import matplotlib.pyplot as plt
+
+    from pt215.figures import COLORS, use_style
+
+    use_style()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    grouped = len(diag.ranks) > 8 if group_ranks is None else group_ranks
+    if grouped:
+        nodes = [(f"ranks {rank_ranges(rs)}\n({len(rs)} rank{'s' if len(rs) > 1 else ''})", rs)
+                 for rs in sorted(diag.by_position().values(), key=lambda rs: rs[0])]
+    else:
+        nodes = [(f"rank {r}", [r]) for r in diag.ranks]
+    node_of = {r: i for i, (_, rs) in enumerate(nodes) for r in rs}
+    colls = [f"{f.group}:{f.group_desc}\nseq {f.seq_id} {f.op.split(':')[-1].replace('_into_tensor', '')}"
+             .replace("_tensor", "") for f in diag.findings]
+    n = max(len(nodes), 1)
+    ry = {i: n - 1 - i for i in range(len(nodes))}
+    cy = {c: (n - 1) * (1 - (i + 0.5) / len(colls)) if len(colls) > 1 else (n - 1) / 2 for i, c in enumerate(colls)}
+    x0 = 1.0 if grouped else 0.45  # where arrows leave the rank nodes: wider labels when grouped
+    for i, (label, _) in enumerate(nodes):
+        ax.text(0, ry[i], label, ha="center", va="center", fontsize=9,
+                bbox={"boxstyle": "round", "fc": "#dde8f5", "ec": COLORS["blue"]})
+    for c in colls:
+        ax.text(2.85, cy[c], c, ha="center", va="center", fontsize=9,
+                bbox={"boxstyle": "round", "fc": "#f7e6cc", "ec": COLORS["orange"]})
+    for f, c in zip(diag.findings, colls, strict=True):
+        for i in sorted({node_of[r] for r in f.reached if r in node_of}):
+            ax.annotate("", xy=(2.2, cy[c] + 0.08), xytext=(x0, ry[i] + 0.05),
+                        arrowprops={"arrowstyle": "->", "color": COLORS["blue"]})
+        for i in sorted({node_of[r] for r in f.missing if r in node_of}):
+            ax.annotate("", xy=(x0, ry[i] - 0.05), xytext=(2.2, cy[c] - 0.08),
+                        arrowprops={"arrowstyle": "->", "color": COLORS["vermillion"], "linestyle": "--"})
+    ax.plot([], [], color=COLORS["blue"], label="ranks wait in the collective")
+    ax.plot([], [], color=COLORS["vermillion"], linestyle="--", label="the collective needs these ranks")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, frameon=False)
+    ax.set_xlim(-1.3 if grouped else -0.7, 3.9)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.axis("off")
+    return ax
+
+
+# ---------------------------------------------------------------- in-process helpers
+
+
+def settled_trace(*, backend: str = "gloo", timeout_s: float = 10.0, **dump_options: Any) -> dict[str, Any]:
+    """This process's dump (`_dump_fr_trace`, unpickled) once every group's `last_completed_collective` has caught
+    up with its `last_enqueued_collective`.
+
+    gloo marks a collective completed on its worker thread, shortly after `wait()` returns on the issuing thread:
+    a dump taken at once can show the last collective unfinished on a loaded machine. This waits for the state it
+    returns (polling cheap dumps without entries, at most `timeout_s`), then takes the dump asked for, and raises
+    `TimeoutError` naming the groups that did not catch up. The poll is cheap on purpose: the first dump with
+    Python frames in a process can take seconds (it imports torch's compiler stack), and its `pg_status` is read
+    before that work.
+    """
+    import time
+
+    import torch._C._distributed_c10d as c10d
+
+    if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0:
+        raise ValueError(f"settled_trace(): timeout_s must be a positive number of seconds, got {timeout_s!r}")
+
+    def behind(trace: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: st for k, st in (trace.get("pg_status") or {}).items()
+                if st.get("last_completed_collective", -1) < st.get("last_enqueued_collective", -1)}
+
+    deadline = time.monotonic() + timeout_s
+    while lagging := behind(pickle.loads(c10d._dump_fr_trace(  # noqa: S301 - our own dump
+            backend=backend, includeCollectives=False, includeStackTraces=False))):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"settled_trace(): groups {sorted(lagging)} did not mark their last collective "
+                               f"completed within {timeout_s} s: {lagging}")
+        time.sleep(0.01)
+    trace = pickle.loads(c10d._dump_fr_trace(backend=backend, **dump_options))  # noqa: S301 - our own dump
+    if lagging := behind(trace):  # completions only move forward: a new collective was issued meanwhile
+        raise TimeoutError(f"settled_trace(): groups {sorted(lagging)} issued a collective while waiting: {lagging}")
+    return trace
+
+
+_OVERRIDE = re.compile(r"(\d+):([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z")
+
+
+def apply_rank_env(overrides: Sequence[str], rank: int | None = None) -> dict[str, str]:
+    """Apply the `RANK:NAME=VALUE` overrides that name this rank to `os.environ`; return what was applied.
+
+    A rank-dependent environment (one node with another setting) is a classic cause of a job that behaves
+    differently on one rank. Call it before `init_process_group`, so the recorder and the backends read it.
+    `rank` defaults to the launcher's `RANK`.
+    """
+    import os
+
+    if isinstance(overrides, str):
+        raise ValueError(f"apply_rank_env(): overrides must be a list of 'RANK:NAME=VALUE' strings, got {overrides!r}")
+    if rank is None:
+        if "RANK" not in os.environ:
+            raise ValueError("apply_rank_env(): rank not given and RANK is not set (not started by a launcher?)")
+        rank = int(os.environ["RANK"])
+    applied: dict[str, str] = {}
+    for item in overrides:
+        m = _OVERRIDE.match(str(item))
+        if not m:
+            raise ValueError(f"apply_rank_env(): override {item!r} is not 'RANK:NAME=VALUE' (e.g. "
+                             "'2:TORCH_FR_BUFFER_SIZE=0')")
+        if int(m.group(1)) == rank:
+            applied[m.group(2)] = m.group(3)
+    os.environ.update(applied)
+    return applied
+
+
+_CVAR_LIST = re.compile(r"static\s+std::vector<std::string>\s+(\w+)\s*=\s*\{([^}]*)\}", re.S)
+_CVAR_CALL = re.compile(r"getCvar(?:Int|Bool|String)\(\s*\{([^}]*)\}", re.S)
+
+
+def cvar_names(header: str) -> dict[str, tuple[str, ...]]:
+    """The environment-variable lists a torch header declares, each in the order torch reads it (the first name
+    that is set wins): `static std::vector<std::string> NAME = {"A", "B"}` as `NAME: ("A", "B")`, and an inline
+    `getCvarInt({"A", "B"}, ...)` as `A: ("A", "B")`. `header` is the header's text."""
+    if not isinstance(header, str):
+        raise ValueError(f"cvar_names(): header must be the header's text (a str), got {type(header).__name__}")
+    out: dict[str, tuple[str, ...]] = {}
+    for m in _CVAR_LIST.finditer(header):
+        out[m.group(1)] = tuple(re.findall(r'"([^"]+)"', m.group(2)))
+    for m in _CVAR_CALL.finditer(header):
+        names = tuple(re.findall(r'"([^"]+)"', m.group(1)))
+        if names:
+            out.setdefault(names[0], names)
+    return out
+
+
+# ---------------------------------------------------------------- a fire drill at scale
+
+
+def write_synthetic_job(out_dir: str | Path, *, world: int = 1024, tp: int = 8, steps: int = 20,
+                        culprit: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """Write one dump per rank of a planted hang in a `world`-rank job, as NCCL2's recorder lays dumps out.
+
+    Each step issues an all_gather and a reduce_scatter in the rank's tensor-parallel group (`tp` consecutive
+    ranks, `group_desc` "tp") and an all_reduce over all ranks. In the last step `culprit` skips its group's
+    reduce_scatter and goes on to the all_reduce: its `tp - 1` peers wait in the reduce_scatter, every other rank
+    in the all_reduce. The entries carry the keys of a real 2.15 dump (`pg_config` keyed by group name, states
+    "completed"/"scheduled", Python frames of a `train.py`). A rehearsal for reading a thousand dumps; returns
+    what was planted: {"world", "tp", "culprit", "tp_group", "peers", "entries_per_rank", "files"}.
+    """
+    import random
+
+    for name, v, low in (("world", world, 2), ("tp", tp, 2), ("steps", steps, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"write_synthetic_job(): {name} must be an int >= {low}, got {v!r}")
+    if world % tp:
+        raise ValueError(f"write_synthetic_job(): world ({world}) must be a multiple of tp ({tp})")
+    rng = random.Random(seed)
+    culprit = rng.randrange(world) if culprit is None else culprit
+    if not 0 <= culprit < world:
+        raise ValueError(f"write_synthetic_job(): culprit must be a rank in [0, {world}), got {culprit}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = 1_800_000_000 * 10**9
+    step_ns = 400 * 10**6
+    timeout_ms = 600_000
+    ops = (("nccl:all_gather_into_tensor", "tp", [[4096, 1024]], "train.py", 61, "forward"),
+           ("nccl:reduce_scatter_tensor", "tp", [[4096, 1024]], "train.py", 74, "backward"),
+           ("nccl:all_reduce", "default_pg", [[1048576]], "train.py", 88, "sync_grads"))
+    tp_group_of = {r: r // tp for r in range(world)}
+    my_tp = tp_group_of[culprit]
+    peers = [r for r in range(my_tp * tp, (my_tp + 1) * tp) if r != culprit]
+    for r in range(world):
+        g = tp_group_of[r]
+        names = {"default_pg": ("0", 0), "tp": (str(1 + g), 1)}
+        seq = {"default_pg": 0, "tp": 0}
+        done = {"default_pg": 0, "tp": 0}
+        entries: list[dict[str, Any]] = []
+        for step in range(steps):
+            last = step == steps - 1
+            for k, (op, grp, sizes, file, line, fn) in enumerate(ops):
+                if last and r == culprit and op == "nccl:reduce_scatter_tensor":
+                    continue  # the planted fault: this rank has "nothing to reduce" in the last step
+                if last and r in peers and op == "nccl:all_reduce":
+                    continue  # its peers never get past the reduce_scatter that waits for it
+                seq[grp] += 1
+                name, pg_id = names[grp]
+                pending = last and (grp == "default_pg" or (g == my_tp and op == "nccl:reduce_scatter_tensor"))
+                if not pending:
+                    done[grp] = seq[grp]
+                t = t0 + step * step_ns + k * step_ns // 4 + rng.randrange(2_000_000)
+                entries.append({
+                    "record_id": len(entries), "pg_id": pg_id, "process_group": (name, grp),
+                    "collective_seq_id": seq[grp], "p2p_seq_id": 0, "op_id": seq[grp], "profiling_name": op,
+                    "time_created_ns": t, "input_sizes": sizes, "input_dtypes": ["BFloat16"], "output_sizes": sizes,
+                    "output_dtypes": ["BFloat16"], "state": "scheduled" if pending else "completed",
+                    "time_discovered_started_ns": None if pending else t + 1000,
+                    "time_discovered_completed_ns": None if pending else t + 2_000_000, "retired": not pending,
+                    "timeout_ms": timeout_ms, "is_p2p": False, "thread_id": "140000000000000",
+                    "thread_name": "pt_main_thread",
+                    "frames": [{"name": op.split(":")[1], "filename": "torch/distributed/distributed_c10d.py",
+                                "line": 4174},
+                               {"name": fn, "filename": file, "line": line},
+                               {"name": "<module>", "filename": file, "line": 120}],
+                })
+        members = {"0": list(range(world)), str(1 + g): list(range(g * tp, (g + 1) * tp))}
+        descs = {"0": "default_pg", str(1 + g): "tp"}
+        dump = {
+            "version": "2.10", "comm_lib_version": "2.29.2", "entries": entries,
+            "pg_config": {n: {"name": n, "desc": descs[n], "ranks": str(m)} for n, m in members.items()},
+            "pg_status": {str(names[grp][1]): {"last_enqueued_collective": seq[grp], "last_started_collective": -1,
+                                               "last_completed_collective": done[grp]} for grp in names},
+        }
+        (out / f"rank_{r}").write_bytes(pickle.dumps(dump))
+    return {"world": world, "tp": tp, "culprit": culprit, "tp_group": f"{1 + my_tp}:tp", "peers": peers,
+            "entries_per_rank": 3 * steps, "files": world}
+
+
+# ---------------------------------------------------------------- the runbook's tree
+
+
+def plot_triage_tree(rows: Sequence[tuple[str, str, str]] | None = None) -> Any:
+    """Draw `TRIAGE` (or `rows`) as a tree: symptom -> likely cause -> next step, one row per symptom."""
+    import textwrap
+
+    from pt215.diagrams import arrow, box, canvas, note
+
+    rows = list(TRIAGE if rows is None else rows)
+    if not rows or any(len(r) != 3 for r in rows):
+        raise ValueError("plot_triage_tree(): rows must be (symptom, cause, next step) triples")
+    h = 1.0
+    fig, ax = canvas(7.5, 0.9 + 1.05 * len(rows), xlim=(0, 12), ylim=(-0.2, len(rows) * h + 0.7))
+    for x, title in ((0.0, "what you see"), (4.1, "likely cause"), (8.2, "next step")):
+        note(ax, x + 1.9, len(rows) * h + 0.4, title, fontsize=10)
+    fills = ("sky", "orange", "green")
+    for i, row in enumerate(rows):
+        y = (len(rows) - 1 - i) * h
+        for col, text in enumerate(row):
+            x = 4.1 * col
+            box(ax, x, y + 0.05, 3.8, h - 0.1, textwrap.fill(text, 34), fill=fills[col], fontsize=7)
+            if col < 2:
+                arrow(ax, (x + 3.8, y + h / 2), (x + 4.1, y + h / 2))
+    return fig, ax
 
 
 # ---------------------------------------------------------------- torch's analyzer

@@ -16,6 +16,8 @@ What is here:
   whole `pt215.model` model with it (its MoE blocks through `pt215.moe.MoEVariant("fp8")`).
 - `gemv_bytes`: the bytes a decode matmul moves at least, the byte model of the chapter's decode comparisons
   (timed with `pt215.timing`, against `pt215.roofline.decode_floor_seconds`).
+- `draw_scales`: notebook 6.1's picture of `scaled_mm`'s operands and their tensorwise / rowwise scales, drawn
+  from `quantize`'s output.
 
 On CPU the FP8 matmul is a slow reference path (notebook 6.1 measures how much slower than bf16): use it for
 accuracy and API shape, never as a speed-up.
@@ -37,6 +39,7 @@ __all__ = [
     "FP8Tensor",
     "Scaling",
     "cpu_fp8_matmul_problem",
+    "draw_scales",
     "cuda_layout_problems",
     "fp8_grid",
     "gemv_bytes",
@@ -175,11 +178,15 @@ def scaled_mm_path(device: torch.device | str) -> str:
 def cpu_fp8_matmul_problem() -> str | None:
     """Why this CPU cannot run an FP8 matmul (None: it can). Chapter 6; `pt215.doctor` warns with it.
 
-    On CPU, `torch._scaled_mm` calls oneDNN when torch sees AMX on the processor (upstream source), and oneDNN
-    builds its FP8 matmul only for some instruction sets: restricted below AMX (`ONEDNN_MAX_CPU_ISA=AVX2`) it
-    fails with "could not create a primitive descriptor for the matmul primitive". Tries `torch._scaled_mm`
-    and `F.scaled_mm` (tensorwise and rowwise) once on 16 x 32 operands and names every call that fails, in
-    one line; the answer is cached for the process (`cpu_fp8_matmul_problem.cache_clear()` forgets it).
+    On CPU, `F.scaled_mm` (v2) dequantizes both operands and multiplies in fp32 (`reference_scaled_mm`), bit
+    for bit, on every CPU the book has run (upstream `_scaled_mm_cpu_v2_out` never calls oneDNN).
+    `torch._scaled_mm` (v1) takes that path too, except with tensorwise (one-element) scales where torch sees
+    AMX-int8 on the processor (cpuinfo's flag, with oneDNN enabled): there it hands the product to oneDNN, whose
+    result differs from the reference in the last bits, and which builds its FP8 matmul only for AMX: restricted
+    below it (`ONEDNN_MAX_CPU_ISA=AVX2`) the tensorwise call fails with "could not create a primitive descriptor
+    for the matmul primitive". Tries `torch._scaled_mm` and `F.scaled_mm` (tensorwise and
+    rowwise) once on 16 x 32 operands and names every call that fails, in one line; the answer is cached for
+    the process (`cpu_fp8_matmul_problem.cache_clear()` forgets it).
     """
     e4 = torch.float8_e4m3fn
     g = torch.Generator().manual_seed(0)
@@ -243,7 +250,8 @@ def reference_scaled_mm(
     Takes `F.scaled_mm`'s operands (`mat_a` (M, K) and `mat_b` (K, N) in FP8, fp32 scales: 1 element each, or
     `(M, 1)` and `(1, N)`) and computes `(mat_a.float() * scale_a) @ (mat_b.float() * scale_b)`, plus `bias`,
     cast to `out_dtype`: what torch's CPU kernel computes when it does not call oneDNN (upstream
-    `_scaled_mm_out_cpu_emulated`; on this book's CPUs the two agree bit for bit).
+    `_scaled_mm_out_cpu_emulated`): `F.scaled_mm` on CPU, and rowwise `torch._scaled_mm`, agree with it bit for
+    bit on AVX2, AVX-512 and AMX machines alike (notebook 6.1 and `tests/test_fp8.py` check it).
     """
     for name, t in (("mat_a", mat_a), ("mat_b", mat_b)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in FP8_DTYPES:
@@ -272,10 +280,10 @@ def scaled_matmul(
     The activation gets the weight's scaling kind (tensorwise: one scale; rowwise: one per token row) and is
     always e4m3 (MPS accepts only e4m3 x e4m3). The call is
     `F.scaled_mm(x8, w8.t(), sx, recipe, sw, recipe, output_dtype=out_dtype)` with rowwise scales shaped
-    `(M, 1)` and `(1, N)`, contiguous, as CPU, CUDA and MPS all require. On CUDA, rowwise results are computed
-    in bf16 (the only output its rowwise kernels support in general) and cast to `out_dtype`. On a CUDA GPU
-    older than sm_89 it dequantizes instead (see `scaled_mm_path`). On a CPU whose kernels cannot build the FP8
-    matmul (`cpu_fp8_matmul_problem` is not None) a failing call gives the reference path's result
+    `(M, 1)` and `(1, N)`, contiguous, as CPU, CUDA and MPS all require; `out_dtype` goes to the kernel as it
+    is (2.15's CUDA rowwise check accepts bf16, fp16 and fp32 outputs). On a CUDA GPU older than sm_89 it
+    dequantizes instead (see `scaled_mm_path`). On a CPU whose kernels cannot build the FP8 matmul
+    (`cpu_fp8_matmul_problem` is not None) a failing call gives the reference path's result
     (`reference_scaled_mm`, what the CPU kernel computes elsewhere) instead of an error.
     """
     if not isinstance(w, FP8Tensor):
@@ -295,10 +303,6 @@ def scaled_matmul(
     xq = quantize(x, dtype=torch.float8_e4m3fn, scaling=w.scaling)
     sw = w.scale if w.scaling == "tensorwise" else w.scale.reshape(1, -1).contiguous()
     recipe = _RECIPE[w.scaling]
-    if x.device.type == "cuda" and w.scaling == "rowwise" and out_dtype != torch.bfloat16:
-        # CUDA's rowwise kernels produce bf16 only (cuBLAS on sm_90 aside): compute bf16, then cast.
-        y = F.scaled_mm(xq.data, w.data.t(), xq.scale, recipe, sw, recipe, bias=bias, output_dtype=torch.bfloat16)
-        return y.to(out_dtype)
     try:
         return F.scaled_mm(xq.data, w.data.t(), xq.scale, recipe, sw, recipe, bias=bias, output_dtype=out_dtype)
     except RuntimeError:
@@ -346,3 +350,75 @@ def gemv_bytes(m: int, k: int, n: int, kind: Literal["bf16", "fp8_tensorwise", "
     if kind == "fp8_rowwise":
         return n * k + m * k + out + 4 * (m + n)
     raise ValueError(f"kind must be 'bf16', 'fp8_tensorwise' or 'fp8_rowwise', got {kind!r}")
+
+
+# ------------------------------------------------------------------------------------------ the picture
+
+
+def draw_scales(x: torch.Tensor, w: torch.Tensor):
+    """Notebook 6.1's picture of `F.scaled_mm`'s operands and scales, drawn from `quantize`'s real output.
+
+    Two panels, tensorwise above rowwise. Each shows the activation `x` (M, K) and the weight `w` (N, K) as
+    grids coloured by how much of e4m3's range each FP8 code uses (`|code| / 448`), with their fp32 scales
+    beside them: one per operand (tensorwise), or one per row of `x` (`scale_a`, (M, 1)) and one per row of
+    `w` (`scale_b`, passed as (1, N) because `mat_b` is `w.t()`). Returns `(fig, axes)`; end the cell with
+    `pt215.figures.show`.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LinearSegmentedColormap
+    from matplotlib.patches import Rectangle
+
+    from pt215.figures import COLORS, use_style
+
+    for name, t in (("x", x), ("w", w)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or not t.is_floating_point():
+            raise ValueError(f"{name} must be a 2-D floating-point tensor, got {getattr(t, 'shape', type(t).__name__)}")
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"x is (M, K) and w is (N, K): K differs ({x.shape[1]} vs {w.shape[1]})")
+    if max(x.shape[0], w.shape[0]) > 16 or x.shape[1] > 32:
+        raise ValueError("draw_scales draws a small example: at most 16 rows and K <= 32")
+    use_style()
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    cmap = LinearSegmentedColormap.from_list("fp8_range", ["#ffffff", COLORS["blue"]])
+    (m, k), n = x.shape, w.shape[0]
+    fig, axes = plt.subplots(2, 1, figsize=(7.2, 5.0))
+    for ax, scaling in zip(axes, ("tensorwise", "rowwise"), strict=True):
+        ax.set_axis_off()
+        ax.set_aspect("equal")
+        left = 0.0
+        for label, t, scale_name in (("activation x (M, K)", x, "scale_a"), ("weight w (N, K)", w, "scale_b")):
+            q = quantize(t.float(), scaling=scaling)
+            use = (q.data.float().abs() / fmax).clamp(0, 1)
+            rows = t.shape[0]
+            for i in range(rows):
+                for j in range(k):
+                    ax.add_patch(Rectangle((left + j, rows - 1 - i), 1, 1, facecolor=cmap(float(use[i, j])),
+                                           edgecolor="#bbbbbb", linewidth=0.4))
+            ax.text(left + k / 2, rows + 0.35, label, ha="center", va="bottom", fontsize=9)
+            sx = left + k + 0.4
+            scales = q.scale.reshape(-1)
+            if scaling == "tensorwise":
+                ax.add_patch(Rectangle((sx, 0), 3.4, rows, facecolor=COLORS["orange"], alpha=0.35,
+                                       edgecolor="black", linewidth=0.6))
+                ax.text(sx + 1.7, rows / 2, f"{float(scales[0]):.2g}", ha="center", va="center", fontsize=8)
+                shape = "1 value"
+            else:
+                for i in range(rows):
+                    ax.add_patch(Rectangle((sx, rows - 1 - i), 3.4, 1, facecolor=COLORS["orange"], alpha=0.35,
+                                           edgecolor="black", linewidth=0.6))
+                    ax.text(sx + 1.7, rows - 0.5 - i, f"{float(scales[i]):.2g}", ha="center", va="center",
+                            fontsize=7)
+                shape = "(M, 1)" if scale_name == "scale_a" else "(1, N) as mat_b = w.t()"
+            ax.text(sx + 1.7, -0.3, f"{scale_name}: {shape}", ha="center", va="top", fontsize=7.5)
+            left = sx + 5.6
+        ax.set_xlim(-0.3, left)
+        ax.set_ylim(-1.3, max(m, n) + 1.3)
+        title = ("tensorwise: one fp32 scale per operand; the quiet rows use little of e4m3's range"
+                 if scaling == "tensorwise" else
+                 "rowwise: one scale per token row of x and per output row of w; every row fills the range\n"
+                 "y[i, j] = scale_a[i] * scale_b[j] * sum over k of x8[i, k] * w8[j, k]")
+        ax.set_title(title, fontsize=9.5)
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 1))
+    cbar = fig.colorbar(sm, ax=axes, orientation="horizontal", fraction=0.04, pad=0.04)
+    cbar.set_label("|FP8 code| / 448: share of e4m3's range a value uses")
+    return fig, axes

@@ -127,7 +127,8 @@ def _importable(name: str) -> bool:
 
 
 def nccl_version() -> tuple[int, ...] | None:
-    """The version of the NCCL library torch loads (`(2, 30, 7)`), or None in a build without NCCL (chapter 1)."""
+    """The NCCL version torch was built against (`(2, 30, 7)`: `torch.cuda.nccl.version()` is compiled in, not read
+    from the library loaded; chapter 7 compares the two), or None in a build without NCCL (chapter 1)."""
     try:
         v = torch.cuda.nccl.version()
     except Exception:  # noqa: BLE001 - any failure means "not available"

@@ -1,4 +1,4 @@
-"""The peak of the link a collective crosses, for chapter 1's busbw figures (notebook 03, `bandwidth.py`).
+"""The peak of the link a collective crosses, for chapter 1's busbw figures (notebook 1.3, `bandwidth.py`).
 
 busbw (nccl-tests' bus bandwidth) is per GPU and per direction, so its ceiling is the bandwidth of the link
 between the GPUs, not the GPU's memory copy bandwidth (HBM is 10x faster than NVLink). `link_peak` reads the

@@ -16,6 +16,8 @@
   size the reader chooses (chapter 6). `MoEVariant`, `moe_variant`: the chapter-5 model's MoE blocks
   (`pt215.model.MoE`, built on `dispatch` and `moe_grouped`) with their experts computed by `grouped_mm`, a
   loop, or FP8 `scaled_mm` (chapter 6). Chapter 4's `pt215.fsdp.Experts` runs `expert_mlp` with `moe_loop`.
+- `count_mm_calls`: the `aten::mm` kernels one call runs on CPU (the profiler's count), 6.2's control.
+- `draw_grouping`: notebook 6.2's picture of one `grouped_mm` call against the per-expert loop, from real `offs`.
 
 Expert weights are stacked `(E, N, K)` tensors: expert `e` computes `x @ w[e].T`.
 """
@@ -40,7 +42,9 @@ __all__ = [
     "MoEVariant",
     "Routing",
     "SeededMoE",
+    "count_mm_calls",
     "dispatch",
+    "draw_grouping",
     "expert_matmul",
     "expert_mlp",
     "expert_mlp_dense",
@@ -383,3 +387,68 @@ def moe_variant(model: nn.Module, impl: MoEImpl, *, scaling: Scaling = "rowwise"
         blk.mlp = MoEVariant(blk.mlp, impl, scaling=scaling)
     return new
 
+
+
+# ---------------------------------------------------------------------------------------------- picture
+
+
+def draw_grouping(offs: torch.Tensor | Sequence[int]):
+    """Notebook 6.2's picture of one `grouped_mm` call against the per-expert loop, drawn from real `offs`.
+
+    Top: the routed rows sorted by expert, one colour per expert, with the int32 end offsets `offs`, and the
+    one `F.grouped_mm` call that covers every group. Bottom: the same rows cut into one matmul per non-empty
+    expert, the loop that `moe_loop` (bf16) and `moe_loop_fp8` (FP8 experts on MPS and CPU: one `F.scaled_mm`
+    each) run. Returns `(fig, ax)`; end the cell with `pt215.figures.show`.
+    """
+    from pt215.diagrams import box, canvas, note
+    from pt215.figures import CYCLE
+
+    ends = [int(v) for v in (offs.tolist() if isinstance(offs, torch.Tensor) else offs)]
+    if not ends or any(b < a for a, b in zip([0, *ends], ends, strict=False)) or ends[0] < 0:
+        raise ValueError(f"offs must be non-decreasing end offsets >= 0, one per expert, got {ends}")
+    rows = ends[-1]
+    if not 1 <= rows <= 24 or len(ends) > 12:
+        raise ValueError(f"draw_grouping draws a small step: 1-24 routed rows and at most 12 experts, got "
+                         f"{rows} rows and {len(ends)} experts")
+    fig, ax = canvas(7.4, 3.6, xlim=(-2.2, rows + 0.2), ylim=(-0.2, 4.6))
+    starts = [0, *ends[:-1]]
+    tone = [CYCLE[e % len(CYCLE)] for e in range(len(ends))]
+    note(ax, -2.1, 3.9, "grouped_mm", ha="left", fontsize=9)
+    note(ax, -2.1, 1.4, "loop", ha="left", fontsize=9)
+    for e, (s, t) in enumerate(zip(starts, ends, strict=True)):
+        for r in range(s, t):
+            box(ax, r, 3.5, 1, 0.8, f"e{e}", fill=tone[e], rounded=False, alpha=0.45, fontsize=8)
+    for v in sorted(set(ends)):
+        names = ",".join(str(e) for e, t in enumerate(ends) if t == v)
+        note(ax, v, 3.25, f"offs[{names}]={v}", fontsize=6.5, tone="grey")
+    box(ax, 0, 2.45, rows, 0.6, "one call: F.grouped_mm(x_sorted, w.transpose(-2, -1), offs=offs)\n"
+        "(MPS, CUDA: one kernel; CPU: a loop of mm inside, one per expert)", fill="sky", rounded=False,
+        alpha=0.35, fontsize=7.5)
+    calls = 0
+    for e, (s, t) in enumerate(zip(starts, ends, strict=True)):
+        if t == s:
+            continue
+        calls += 1
+        box(ax, s + 0.05, 1.0, t - s - 0.1, 0.8, f"x[{s}:{t}] @ w[{e}].T" if t - s > 1 else f"w[{e}]",
+            fill=tone[e], alpha=0.45, fontsize=7)
+    empty = [e for e, (s, t) in enumerate(zip(starts, ends, strict=True)) if t == s]
+    note(ax, rows / 2, 0.45, f"{calls} matmuls, one per expert with rows (experts {empty} get none); FP8 experts "
+         "run this loop with F.scaled_mm", fontsize=7.5)
+    return fig, ax
+
+
+def count_mm_calls(fn: Callable[[], Any]) -> int:
+    """How many `aten::mm` kernels one call of `fn()` runs on CPU, counted by torch's profiler (notebook 6.2).
+
+    The control for 6.2's timing of `grouped_mm` against the loop: on CPU, `grouped_mm`'s fallback runs one
+    `mm` per expert, empty experts included, and the loop one per non-empty expert, so the two do the same work
+    kernel for kernel. The profiler runs without Kineto (`use_kineto=False`: CPU operators only, and no
+    seconds-long device probe at its first use); its C++ start/stop log lines are kept out of the cell's output.
+    """
+    if not callable(fn):
+        raise TypeError(f"count_mm_calls: fn must be callable, got {type(fn).__name__}")
+    from pt215.memory import quiet_stderr
+
+    with quiet_stderr(), torch.autograd.profiler.profile(use_kineto=False) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::mm")

@@ -12,6 +12,9 @@ cuBLAS / NVGEMM expect for ``torch.nn.functional.scaled_mm`` with ``ScalingType.
 :func:`pt215.fp8.quantize`. :func:`scaled_mm` is the two-level NVFP4 GEMM call; :func:`scaled_mm_foldable` is the
 same product written as the pattern 2.15's Inductor folds into NVGEMM's output scale, and
 :func:`post_grad_scale_fold` shows that fold on fake CUDA tensors, without a GPU.
+:func:`w4a4` simulates what the NVFP4 GEMM computes on a whole model: weights *and* the activations entering
+each GEMM quantized (W4A4), every product then taken in float32 (chapter 5, notebook 5.2).
+:func:`layout_figure` draws the format: the E2M1 and E4M3 bit fields and one block of 16 with its scales.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pt215 import fp8
 
@@ -30,6 +34,7 @@ __all__ = [
     "E4M3_TINY",
     "NVFP4Tensor",
     "quantize",
+    "roundtrip",
     "per_tensor_scale",
     "e2m1_encode",
     "e2m1_decode",
@@ -43,7 +48,12 @@ __all__ = [
     "scaled_mm",
     "scaled_mm_foldable",
     "post_grad_scale_fold",
+    "W4A4",
+    "w4a4",
+    "layout_figure",
     "DECODE_LAYER",
+    "mlp_gate_up",
+    "mlp_layer",
     "decode_layer_gemms",
     "decode_layer_operands",
     "decode_layer",
@@ -193,6 +203,25 @@ def quantize(x: torch.Tensor, per_tensor_scale: torch.Tensor | float | None = No
     return NVFP4Tensor(pack(e2m1_encode(y)), s8, g.clone(), x.dtype)
 
 
+def roundtrip(x: torch.Tensor) -> torch.Tensor:
+    """``quantize(x).dequantize(torch.float32)``, bit for bit, without packing the codes: the fast path for
+    simulating NVFP4 on tensors that change every call (activations, :func:`w4a4`). The same float32 steps as
+    :func:`quantize` (same ``g``, same e4m3 block scales, same rounding, ties to even) and as
+    :meth:`NVFP4Tensor.dequantize`; NaN and inf are not checked (tests/test_nvfp4.py compares the two)."""
+    _check(x)
+    xf = x.float()
+    g = xf.abs().amax() / (E4M3_MAX * E2M1_MAX)
+    g = torch.where(g == 0, torch.ones_like(g), g)
+    blocks = xf.reshape(*xf.shape[:-1], xf.shape[-1] // BLOCK, BLOCK)
+    s8 = torch.clamp(blocks.abs().amax(dim=-1) / E2M1_MAX / g, min=E4M3_TINY, max=E4M3_MAX).to(torch.float8_e4m3fn)
+    y = torch.clamp(blocks * ((1.0 / g) / s8.float())[..., None], -E2M1_MAX, E2M1_MAX)
+    # E2M1's grid has steps 0.5 below 2, 1 below 4 and 2 up to 6: round to nearest even on each (exact in fp32)
+    a = y.abs()
+    mag = torch.where(a < 2, torch.round(a * 2) * 0.5, torch.where(a < 4, torch.round(a), torch.round(a * 0.5) * 2))
+    vals = torch.copysign(mag, y)
+    return (vals * (g * s8.float())[..., None]).reshape(xf.shape)
+
+
 # --------------------------------------------------------------------------------------------- scale swizzle
 def to_blocked(scales: torch.Tensor) -> torch.Tensor:
     """Rearrange a ``(rows, cols)`` scale matrix into the ``SWIZZLE_32_4_4`` layout, flattened (1-D).
@@ -243,6 +272,117 @@ def fp8_roundtrip(w: torch.Tensor, granularity: str = "tensorwise") -> torch.Ten
     wf = w.float()
     rows = wf.reshape(-1, wf.shape[-1]) if granularity == "rowwise" else wf
     return fp8.quantize(rows, scaling=granularity).dequantize(torch.float32).reshape(wf.shape)
+
+
+# ------------------------------------------------------------------------------------------------ W4A4
+def _is_gemm(func: object) -> bool:
+    return func in (torch.ops.aten.mm.default, torch.ops.aten._grouped_mm.default)
+
+
+class _QuantizeGemmInputs(TorchDispatchMode):
+    """While active: the activation operand of every ``aten.mm`` / ``aten._grouped_mm`` whose weight operand
+    lives in one of ``storages`` goes through an NVFP4 round trip first (a block of 16 along K, the per-tensor
+    scale from that activation's own amax, as a dynamic W4A4 recipe computes it). Counts them in ``gemms``."""
+
+    def __init__(self, storages: set[int]) -> None:
+        super().__init__()
+        self.storages = storages
+        self.gemms = 0
+        self._last: tuple[tuple, torch.Tensor, torch.Tensor] | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's protocol
+        kwargs = kwargs or {}
+        if _is_gemm(func) and args[1].untyped_storage().data_ptr() in self.storages:
+            a = args[0]
+            # q, k and v (and gate and up) read one activation: quantize it once, as a W4A4 kernel would
+            # (the entry holds `a` itself, so its memory cannot be freed and reused by another tensor meanwhile)
+            key = (a.untyped_storage().data_ptr(), a.storage_offset(), tuple(a.shape), tuple(a.stride()), a._version)
+            if self._last is None or self._last[0] != key:
+                self._last = (key, roundtrip(a).to(a.dtype), a)
+            args = (self._last[1], *args[1:])
+            self.gemms += 1
+        return func(*args, **kwargs)
+
+
+class W4A4(torch.nn.Module):
+    """A model whose GEMM weights are NVFP4 round trips and whose GEMM activations are quantized to NVFP4 on the
+    way in, each product then computed in float32: what an NVFP4 x NVFP4 GEMM computes, up to the order of its
+    fp32 accumulation. Built by :func:`w4a4`. ``gemms`` counts the GEMMs whose inputs were quantized so far."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        from pt215.model import gemm_weights, with_weights
+
+        self.inner = with_weights(model, lambda name, w: roundtrip(w))
+        self.cfg = getattr(model, "cfg", None)
+        self._storages = {w.untyped_storage().data_ptr() for _, w in gemm_weights(self.inner)}
+        self.gemms = 0
+
+    def forward(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - the wrapped model's signature
+        with _QuantizeGemmInputs(self._storages) as mode:
+            out = self.inner(*args, **kwargs)
+        self.gemms += mode.gemms
+        return out
+
+
+def w4a4(model: torch.nn.Module) -> W4A4:
+    """A copy of a :class:`pt215.model.DecoderLM` computing W4A4 NVFP4 (chapter 5, notebook 5.2): every GEMM
+    weight (:func:`pt215.model.gemm_weights`: the attention and MLP linears, stacked experts, ``lm_head``)
+    rounded through :func:`quantize`, and every activation entering one of those GEMMs rounded the same way,
+    with its own per-tensor scale. The embedding, norms, router and attention's own products stay as they are,
+    as in the NVFP4 recipes that quantize linear layers. It runs on any CPU; the GPU kernel computes the same
+    products from the packed codes."""
+    if not hasattr(model, "layers") or not hasattr(model, "lm_head"):
+        raise ValueError("model must be a pt215.model.DecoderLM")
+    return W4A4(model)
+
+
+# ------------------------------------------------------------------------------------------- the picture
+def layout_figure(block: torch.Tensor | None = None):
+    """The NVFP4 format drawn (chapter 5, notebook 5.1): an E2M1 code's bits, an E4M3 block scale's bits, and
+    one block of 16 values as :func:`quantize` stores it (its codes, its e4m3 scale, the fp32 tensor scale).
+    Returns ``(fig, ax)`` in the book's style; end the cell with ``pt215.figures.show``."""
+    from pt215.diagrams import box, canvas, note
+
+    x = (torch.randn(16, generator=torch.Generator().manual_seed(1)) if block is None
+         else torch.as_tensor(block, dtype=torch.float32))
+    if x.numel() != BLOCK:
+        raise ValueError(f"block must hold {BLOCK} values (one NVFP4 block), got {x.numel()}")
+    q = quantize(x.reshape(1, BLOCK))
+    codes = q.codes()[0].tolist()
+    fig, ax = canvas(7.4, 4.4, xlim=(0, 17), ylim=(0, 10.2))
+
+    def fields(y: float, title: str, parts: list[tuple[str, int, str]], bits: str, value: str) -> None:
+        note(ax, 0.1, y + 1.25, title, ha="left", fontsize=9)
+        pos = 0.1
+        for name, n, tone in parts:
+            for b in range(n):
+                box(ax, pos + b * 0.9, y, 0.9, 0.8, bits[0], fill=tone, rounded=False, alpha=0.4, fontsize=10)
+                bits = bits[1:]
+            note(ax, pos + n * 0.45, y - 0.35, name, fontsize=8)
+            pos += n * 0.9
+        note(ax, pos + 0.3, y + 0.4, value, ha="left", fontsize=9)
+
+    c = codes[int(torch.argmax(x.abs()))]
+    fields(8.3, "E2M1 element (4 bits): sign, 2 exponent bits (bias 1), 1 mantissa bit",
+           [("s", 1, "vermillion"), ("exp", 2, "blue"), ("m", 1, "green")], f"{c:04b}",
+           f"code {c} = {e2m1_decode(torch.tensor(c, dtype=torch.uint8)).item():+g}")
+    sbits = f"{int(q.scale.view(torch.uint8).item()):08b}"
+    fields(5.6, "E4M3 block scale (8 bits): sign, 4 exponent bits (bias 7), 3 mantissa bits",
+           [("s", 1, "vermillion"), ("exponent", 4, "blue"), ("mantissa", 3, "green")], sbits,
+           f"= {q.scale.float().item():g}: one scale s per 16 elements")
+    note(ax, 0.1, 3.5, f"One block: 16 codes (8 bytes), its scale s = {q.scale.float().item():g} (e4m3) and the "
+         f"tensor's g = {q.per_tensor_scale.item():.3g} (fp32):  x = e2m1 * s * g", ha="left", fontsize=9)
+    for i, code in enumerate(codes):
+        value = e2m1_decode(torch.tensor(code, dtype=torch.uint8)).item()
+        box(ax, 0.1 + i * 1.05, 1.9, 1.05, 0.9, f"{code}", fill="sky" if code < 8 else "orange", rounded=False,
+            alpha=0.5, fontsize=9)
+        note(ax, 0.1 + i * 1.05 + 0.52, 1.5, f"{value:+g}", fontsize=7)
+        if i % 2 == 0:
+            note(ax, 0.1 + i * 1.05 + 1.05, 3.0, f"byte {i // 2}", fontsize=6, tone="grey")
+    note(ax, 0.1, 0.7, "top: the 4-bit codes (blue positive, orange negative); below: their e2m1 values. "
+         "Element 2i is the low nibble of byte i.", ha="left", fontsize=8, tone="grey")
+    return fig, ax
 
 
 # ------------------------------------------------------------------------------------ the NVFP4 GEMM call
@@ -352,6 +492,24 @@ def decode_layer_operands(rows: int = 16, seed: int = 0) -> tuple[torch.Tensor, 
     for n in DECODE_LAYER.values():
         operands.extend(mm_operands(a, quantize(torch.randn(n, 128))))
     return tuple(operands)
+
+
+def mlp_gate_up(*t: torch.Tensor) -> torch.Tensor:
+    """The first half of a real decode MLP in NVFP4: ``silu(gate) * up``, each a :func:`scaled_mm_foldable`
+    (12 operands: the gate GEMM's six, then the up GEMM's). Its output feeds the down projection, so the scale
+    multiplies reach it through pointwise ops only (chapter 5, notebook 5.5)."""
+    if len(t) != 12:
+        raise ValueError(f"mlp_gate_up takes the 6 operands of the gate GEMM and the 6 of the up GEMM, got {len(t)}")
+    return torch.nn.functional.silu(scaled_mm_foldable(*t[:6])) * scaled_mm_foldable(*t[6:])
+
+
+def mlp_layer() -> tuple[object, tuple[torch.Tensor, ...]]:
+    """`(mlp_gate_up, operands)`: the gate and up GEMMs of :data:`DECODE_LAYER` on one activation, the target
+    `pt215.inductor_code.generated_code` compiles beside :func:`decode_layer`."""
+    ops = decode_layer_operands()
+    names = list(DECODE_LAYER)
+    gate, up = names.index("gate"), names.index("up")
+    return mlp_gate_up, (*ops[6 * gate:6 * gate + 6], *ops[6 * up:6 * up + 6])
 
 
 def decode_layer() -> tuple[object, tuple[torch.Tensor, ...]]:

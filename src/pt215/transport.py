@@ -7,6 +7,12 @@ scripts short and puts the few things they share in one tested place:
   `publish` / `fetch` (remote descriptors through a store, with timeouts), `wait_key`;
 - the KV-cache example: `KVConfig`, `make_weights`, `prefill_layer`, `prefill`, `decode_step`, `layer_slices`,
   `pack_layer`, `unpack_layer`, `digest`;
+- what carried the bytes and what it cost the peer: `ucx_protocols` (UCX's own report, `UCX_PROTO_INFO=y`),
+  `tcp_socket_bytes` (the bytes this process's TCP sockets carried, from the kernel's `TCP_INFO`: the check on
+  that report), `thread_times` / `thread_activity` (each thread's time on a CPU and waiting for one, from Linux's
+  scheduler counters: NIXL's progress thread is always runnable);
+- the chapter's pictures: `transfer_timeline` (one-sided against two-sided, from a run's timestamps),
+  `kv_migration_diagram` (which bytes go where) and `kv_timeline` (prefill's compute against decode's pulls);
 - `describe` (an exception as `Type: first line`), `quiet_nixl` (NIXL's Python logger writes INFO lines
   with timestamps and agent names to stdout; quiet it before any transport is made).
 
@@ -19,9 +25,13 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Sequence
+import re
+import socket
+import struct
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,11 +39,15 @@ import torch.distributed as dist
 
 __all__ = [
     "KVConfig",
+    "ThreadActivity",
+    "ThreadTimes",
     "control_store",
     "decode_step",
     "describe",
     "digest",
     "fetch",
+    "kv_migration_diagram",
+    "kv_timeline",
     "layer_slices",
     "make_weights",
     "nixl_available",
@@ -43,6 +57,11 @@ __all__ = [
     "prefill_layer",
     "publish",
     "quiet_nixl",
+    "tcp_socket_bytes",
+    "thread_activity",
+    "thread_times",
+    "transfer_timeline",
+    "ucx_protocols",
     "unpack_layer",
     "wait_key",
 ]
@@ -121,12 +140,13 @@ def control_store(rank: int, *, via: dist.Store | None = None, key: str = "pt215
 
 def pair(peer_rank: int, *, rank: int | None = None, store: dist.Store | None = None,
          device: str | torch.device = "cpu", backend: str = "nixl", timeout: float = 30.0,
-         **options: Any) -> Any:
+         op_timeout: float | None = None, **options: Any) -> Any:
     """Connect this process to `peer_rank` with `new_transport_rank` (chapter 3), bounded by `timeout`.
 
     `store=None` uses the process group's store. `timeout` bounds bootstrap (each of bind, the store wait,
-    connect) and becomes the transport's default per-operation timeout; a missing peer raises `TimeoutError`.
-    Extra `options` go to the backend (for NIXL: `plugin`, `agent_name`, `num_threads`, ...).
+    connect); a missing peer raises `TimeoutError`. `op_timeout` (default: `timeout`) is the transport's default
+    timeout of every later operation, `close()` and `with transport:` included. Extra `options` go to the
+    backend (for NIXL: `plugin`, `agent_name`, `num_threads`, `enable_prog_thread`, ...).
     """
     from torch.distributed._transport import new_transport_rank
 
@@ -136,8 +156,8 @@ def pair(peer_rank: int, *, rank: int | None = None, store: dist.Store | None = 
         if rank == peer_rank:
             raise ValueError(f"peer_rank must differ from rank, both are {rank}")
     timeout = _check_timeout(timeout)
+    options["timeout"] = timeout if op_timeout is None else _check_timeout(op_timeout, "op_timeout")
     quiet_nixl()
-    options.setdefault("timeout", timeout)
     try:
         return new_transport_rank(backend, device, store=store, peer_rank=peer_rank, rank=rank,
                                   bootstrap_timeout=timeout, **options)
@@ -149,7 +169,8 @@ def pair(peer_rank: int, *, rank: int | None = None, store: dist.Store | None = 
 def wait_key(store: dist.Store, key: str, *, timeout: float = 30.0) -> bytes:
     """Wait at most `timeout` seconds for `key` in `store` and return its value.
 
-    Raises `TimeoutError` naming the key (the store's own error says only "Wait timeout").
+    Raises `TimeoutError` naming the key and the wait in seconds, with the store's own `DistStoreError` as its
+    cause (a TCPStore's says "wait timeout after 2000ms, keys: /the/key"; a HashStore's does not name the key).
     """
     _check_timeout(timeout)
     if not isinstance(key, str) or not key:
@@ -307,3 +328,242 @@ def digest(t: torch.Tensor) -> str:
         raise ValueError(f"digest(): expected a CPU tensor, got one on {t.device}")
     data = t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- what carried the bytes, what it cost the peer
+
+_UCX_ROW = re.compile(r"\|\s*(?P<range>[\d.]+\.\.(?:inf|\d+)|\d+)\s*\|\s*(?P<how>[^|]+?)\s*\|\s*(?P<via>[^|]+?)\s*\|")
+
+
+def ucx_protocols(lines: Iterable[str], *, operations: str = "remote memory") -> dict[str, list[tuple[str, str, str]]]:
+    """The protocols UCX chose, from its own report (`UCX_PROTO_INFO=y` makes UCX print them on stdout).
+
+    Returns `{operation: [(size range, method, transport), ...]}` for each operation whose title starts with
+    `operations` (default: the one-sided `ucp_put*` / `ucp_get*` ones NIXL's writes and reads use), e.g.
+    `{"remote memory write by ucp_put* from host memory to host": [("0..inf", "zero-copy", "cma/memory")]}`.
+    Lines may carry UCX's `[time] [host:pid]` prefix; repeated tables (one per endpoint) are merged.
+    """
+    if not isinstance(operations, str) or not operations:
+        raise ValueError(f"ucx_protocols(): operations must be a non-empty string, got {operations!r}")
+    found: dict[str, list[tuple[str, str, str]]] = {}
+    current: str | None = None
+    for raw in lines:
+        line = raw[raw.find("|"):] if "|" in raw else ""
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line else []
+        if len(cells) == 1 and cells[0]:
+            title = cells[0]
+            if title.startswith(operations):
+                current = title
+                found.setdefault(current, [])
+            elif not title.startswith(("Range", "+")) and " cfg#" not in title:
+                current = None
+            continue
+        m = _UCX_ROW.search(line)
+        if current is not None and m and m.group("range") != "Range":
+            row = (m.group("range"), m.group("how"), m.group("via"))
+            if row not in found[current]:
+                found[current].append(row)
+    return found
+
+
+# struct tcp_info (linux/tcp.h): tcpi_bytes_acked and tcpi_bytes_received, two u64 at byte 120 (Linux >= 4.1)
+_TCPI_BYTES_AT, _TCPI_LEN = 120, 136
+
+
+def tcp_socket_bytes() -> int | None:
+    """Bytes this process's TCP sockets have carried so far: for each, the payload the peer acknowledged plus the
+    payload received (the kernel's `TCP_INFO`, `tcpi_bytes_acked + tcpi_bytes_received`), summed.
+
+    Counts sockets opened by native libraries too (UCX's TCP transport, gloo, a `TCPStore`), and only this
+    process's: other jobs on the machine do not move it. The difference over a window in which only NIXL
+    transfers ran says whether their bytes crossed a socket. None where Linux's `/proc/self/fd` or `TCP_INFO`
+    is not available.
+    """
+    if not hasattr(socket, "TCP_INFO") or not Path("/proc/self/fd").is_dir():
+        return None
+    total = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=int(fd))         # wraps the descriptor; detach() below never closes it
+        except OSError:
+            continue
+        try:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+                info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+                if len(info) >= _TCPI_LEN:
+                    total += sum(struct.unpack_from("=QQ", info, _TCPI_BYTES_AT))
+        except OSError:
+            pass
+        finally:
+            sock.detach()
+    return total
+
+
+@dataclass(frozen=True)
+class ThreadTimes:
+    """One thread's scheduler counters (Linux): seconds on a CPU, seconds runnable but waiting for one, and how
+    many times it gave the CPU up by itself (blocked or slept)."""
+
+    on_cpu_s: float
+    waiting_s: float
+    voluntary: int
+
+
+@dataclass(frozen=True)
+class ThreadActivity:
+    """What one thread did over a window, as fractions of the window's wall time."""
+
+    on_cpu: float
+    waiting: float
+    voluntary: int
+
+    @property
+    def runnable(self) -> float:
+        """Share of the window the thread wanted a CPU (on one, or waiting for one): about 1 for a thread that
+        never sleeps, whatever the machine's load; about 0 for one that sleeps."""
+        return self.on_cpu + self.waiting
+
+
+def thread_times(pid: int | str = "self") -> dict[int, ThreadTimes]:
+    """Every thread of process `pid` (default: this one) with its `ThreadTimes`, read from
+    `/proc/<pid>/task/<tid>/schedstat` and `status`; an empty dict where Linux's scheduler statistics are not
+    available (another OS, or a kernel without them). Threads that end while being read are left out."""
+    if not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0) and pid != "self":
+        raise ValueError(f"thread_times(): pid must be a positive int or 'self', got {pid!r}")
+    tasks = Path(f"/proc/{pid}/task")
+    out: dict[int, ThreadTimes] = {}
+    if not tasks.is_dir():
+        return out
+    for task in tasks.iterdir():
+        try:
+            run_ns, wait_ns, _ = (int(v) for v in (task / "schedstat").read_text().split()[:3])
+            status = (task / "status").read_text()
+        except (OSError, ValueError):
+            continue
+        m = re.search(r"^voluntary_ctxt_switches:\s*(\d+)", status, flags=re.M)
+        out[int(task.name)] = ThreadTimes(run_ns / 1e9, wait_ns / 1e9, int(m.group(1)) if m else 0)
+    return out
+
+
+def thread_activity(before: Mapping[int, ThreadTimes], after: Mapping[int, ThreadTimes],
+                    seconds: float) -> dict[int, ThreadActivity]:
+    """Per thread alive at both snapshots: its time on a CPU and waiting for one over a window of `seconds`,
+    as fractions of it, and its voluntary switches in the window."""
+    _check_timeout(seconds, "seconds")
+    return {tid: ThreadActivity((after[tid].on_cpu_s - b.on_cpu_s) / seconds,
+                                (after[tid].waiting_s - b.waiting_s) / seconds,
+                                after[tid].voluntary - b.voluntary)
+            for tid, b in before.items() if tid in after}
+
+
+# ---------------------------------------------------------------- the chapter's pictures
+
+
+def transfer_timeline(two_sided: Mapping[str, float], one_sided: Mapping[str, float]):
+    """One round of each protocol, drawn from a run's timestamps (seconds on one clock shared by both ranks).
+
+    `two_sided`: `send`, `sent`, `acked` (rank 0) and `recv`, `received`, `ack_sent` (rank 1); `one_sided`:
+    `write`, `written` (rank 0) and `seen` (when rank 1, which made no call, noticed its memory had changed).
+    Two panels, each in milliseconds since that protocol's first call; returns `(fig, (ax_two, ax_one))`.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from pt215.diagrams import color
+    from pt215.figures import use_style
+
+    need2 = ("send", "sent", "acked", "recv", "received", "ack_sent")
+    need1 = ("write", "written", "seen")
+    missing = [k for k in need2 if k not in two_sided] + [k for k in need1 if k not in one_sided]
+    if missing:
+        raise ValueError(f"transfer_timeline(): missing timestamps {missing}")
+    d, o = two_sided, one_sided
+    t2, t1 = min(d["send"], d["recv"]), o["write"]
+    panels = [
+        ("two-sided: gloo send + 1-byte ack", t2,
+         [(0, d["send"], d["sent"], "send", "blue"), (0, d["sent"], d["acked"], "wait for ack", "sky"),
+          (1, d["recv"], d["received"], "recv (must be in it)", "orange"),
+          (1, d["received"], d["ack_sent"], "send ack", "vermillion")], None),
+        ("one-sided: NIXL write", t1,
+         [(0, o["write"], o["written"], "write: returns when the bytes have landed", "blue"),
+          (1, o["write"], max(o["written"], o["seen"]), "no call", "grey")], o["seen"]),
+    ]
+    use_style()
+    fig, axes = plt.subplots(2, 1, figsize=(7.0, 3.6))
+    for ax, (title, t0, bars, seen) in zip(axes, panels, strict=True):
+        span = max(end for _, _, end, _, _ in bars) - t0
+        for lane, start, end, label, tone in bars:
+            y = 1 - lane
+            ax.barh(y, (end - start) * 1e3, left=(start - t0) * 1e3, height=0.6, color=color(tone), alpha=0.85,
+                    edgecolor="black", linewidth=0.5, hatch="//" if tone == "grey" else None)
+            wide = (end - start) > 0.3 * span  # a narrow bar gets its label above it
+            ax.text((((start + end) / 2 if wide else start) - t0) * 1e3, y if wide else y + 0.34, label,
+                    ha="center" if wide else "left", va="center" if wide else "bottom", fontsize=8)
+        if seen is not None:
+            ax.plot([(seen - t0) * 1e3] * 2, [-0.35, 0.35], color="black", lw=1.5)
+            ax.text((seen - t0) * 1e3, -0.45, "rank 1 notices its new bytes", fontsize=8, ha="right", va="top")
+        ax.set_yticks([1, 0], ["rank 0 (initiator)", "rank 1 (owner)"])
+        ax.set_ylim(-0.8, 1.75)
+        ax.set_xlim(0, span * 1e3 * 1.45)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(axis="y", visible=False)
+    axes[1].set_xlabel("ms since the protocol's first call (each panel its own scale)")
+    fig.legend(handles=[Patch(facecolor=color(c), label=t) for c, t in (
+        ("blue", "initiator's call"), ("sky", "initiator waits for the peer"), ("orange", "peer's matching call"),
+        ("grey", "peer makes no call"))], loc="lower center", ncol=4, frameon=False, fontsize=8,
+        bbox_to_anchor=(0.5, -0.06))
+    fig.tight_layout()
+    return fig, tuple(axes)
+
+
+def kv_migration_diagram(cfg: KVConfig, shown: int = 3):
+    """Which bytes go where in chapter 3's migration: prefill's per-layer KV blocks, each registered on its own
+    and announced by a descriptor in the store; decode's one flat buffer, where layer l lands at byte
+    l * layer_bytes (`layer_slices`). Drawn from `cfg`; the first `shown` layers and the last are drawn."""
+    from pt215.diagrams import arrow, box, canvas, note
+
+    if isinstance(shown, bool) or not isinstance(shown, int) or shown < 1:
+        raise ValueError(f"kv_migration_diagram(): shown must be a positive int, got {shown!r}")
+    layers = list(range(min(shown, cfg.layers)))
+    if cfg.layers > len(layers):
+        layers.append(cfg.layers - 1)
+    fig, ax = canvas(7.2, 3.4, xlim=(0, 12), ylim=(0, 6.2))
+    note(ax, 1.7, 5.9, "prefill (owner): one block per layer", fontsize=9)
+    note(ax, 6.0, 5.9, "store (control plane)", fontsize=9)
+    note(ax, 10.2, 5.9, "decode (initiator): one buffer", fontsize=9)
+    box(ax, 8.7, 0.3, 3.0, 5.2, "", fill="green", alpha=0.08)
+    kib = cfg.layer_bytes / 1024
+    for i, layer in enumerate(layers):
+        y = 4.6 - i * 1.25
+        label = f"layer {layer}: K,V {tuple(cfg.layer_shape)}" if i == 0 else f"layer {layer}"
+        box(ax, 0.1, y, 3.2, 0.8, label, fill="blue", fontsize=8)
+        box(ax, 4.6, y, 2.8, 0.8, f"kv/req0/layer{layer}", fill="yellow", fontsize=8, rounded=False)
+        off, _ = layer_slices(cfg)[layer]
+        box(ax, 8.9, y, 2.6, 0.8, f"bytes {off:,}..", fill="green", fontsize=8, rounded=False, alpha=0.3)
+        arrow(ax, (3.3, y + 0.4), (4.6, y + 0.4), "publish", fontsize=7, tone="grey")
+        arrow(ax, (7.4, y + 0.4), (8.9, y + 0.4), "fetch", fontsize=7, tone="grey")
+        arrow(ax, (3.3, y + 0.15), (8.9, y + 0.15), "", dashed=True, tone="vermillion")
+        if i == len(layers) - 2 and layers[-1] != layers[-2] + 1:
+            note(ax, 1.7, y - 0.25, "...", fontsize=10)
+    note(ax, 6.0, 0.15, f"dashed: read(), one-sided, {kib:g} KiB per layer (decode's call only)", fontsize=8,
+         tone="vermillion")
+    return fig, ax
+
+
+def kv_timeline(prefill_spans: Sequence[Sequence[float]], decode_spans: Sequence[Sequence[float]]):
+    """Prefill's compute of each layer against decode's pull of it, from a run's (start, end) timestamps on one
+    clock; milliseconds since prefill started layer 0. Returns `(fig, ax)`."""
+    from pt215.diagrams import Span, timeline
+
+    if not prefill_spans or len(prefill_spans) != len(decode_spans):
+        raise ValueError(f"kv_timeline(): need one span per layer on both sides, got {len(prefill_spans)} and "
+                         f"{len(decode_spans)}")
+    t0 = prefill_spans[0][0]
+    spans = [Span(0, (a - t0) * 1e3, (b - t0) * 1e3, str(i), "blue") for i, (a, b) in enumerate(prefill_spans)]
+    spans += [Span(1, (a - t0) * 1e3, (b - t0) * 1e3, str(i), "orange") for i, (a, b) in enumerate(decode_spans)]
+    return timeline(["prefill: compute layer", "decode: pull layer"], spans,
+                    xlabel="ms since prefill started layer 0",
+                    legend={"blue": "prefill computes and registers (then publishes)",
+                            "orange": "decode's read() of it"})

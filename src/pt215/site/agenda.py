@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 __all__ = ["CUTS", "Chapter", "Exercise", "Notebook", "Row", "RunTimes", "Schedule", "load_run_times", "minutes",
-           "read_notes", "read_notebooks", "schedule"]
+           "read_notes", "read_notebooks", "schedule", "select_chapters"]
 
 PROSE_WPM = 150          # reading speed for technical prose
 CODE_CELL_MIN = 0.5      # reading one code cell and its output
@@ -76,11 +76,18 @@ class Cut:
     name: str
     blocks: tuple[tuple[int, int], ...]
     breaks: tuple[str, ...]  # the name of the break after each block but the last
+    setup: bool = True   # opens with the doctor (the first part of a day)
+    wrapup: bool = True  # ends with the wrap-up (the last part of a day)
 
 
+#: "day" and "half" place the chapters given in book order; "morning" and "afternoon" are the two halves of a
+#: day whose morning is one programme for the room and whose afternoon is parallel tracks (the agenda page).
 CUTS = {
     "day": Cut("day", ((540, 630), (645, 750), (810, 900), (915, 1020)), ("Break", "Lunch", "Break")),
-    "half": Cut("half", ((540, 630), (645, 750)), ("Break",)),
+    # the half day is the morning's programme plus its wrap-up, so it runs 15 minutes past the morning's 12:30
+    "half": Cut("half", ((540, 630), (645, 765)), ("Break",)),
+    "morning": Cut("morning", ((540, 630), (645, 750)), ("Break",), wrapup=False),
+    "afternoon": Cut("afternoon", ((810, 900), (915, 1020)), ("Break",), setup=False),
 }
 KINDS = ("setup", "chapter", "live", "read", "exercise", "buffer", "break", "lunch", "wrapup", "later")
 
@@ -136,11 +143,12 @@ def minutes(nb: Notebook, live: bool) -> int:
 _Item = tuple[str, int, str, str, float | None]  # kind, minutes, title, doc, seconds
 
 
-def _units(chapters: tuple[Chapter, ...], mode: dict[str, str]) -> tuple[list[list[_Item]], list[Row]]:
+def _units(chapters: tuple[Chapter, ...], mode: dict[str, str], cut: Cut) -> tuple[list[list[_Item]], list[Row]]:
     """What is placed, in order, as units that a break never splits (a chapter's opener with its first
     notebook in the room; the exercise with the chapter's last notebook), and the notebooks left for
     self-study."""
-    units: list[list[_Item]] = [[("setup", SETUP_MIN, "Setup: everyone runs `python -m pt215.doctor`", "", None)]]
+    units: list[list[_Item]] = ([[("setup", SETUP_MIN, "Setup: everyone runs `python -m pt215.doctor`", "", None)]]
+                                if cut.setup else [])
     later: list[Row] = []
     for ch in chapters:
         in_room = [nb for nb in ch.notebooks if mode[nb.doc] != "later"]
@@ -153,12 +161,13 @@ def _units(chapters: tuple[Chapter, ...], mode: dict[str, str]) -> tuple[list[li
         if ch.exercise is not None:  # the exercise stays with the chapter's last notebook
             chapter_units[-1].append(("exercise", ch.exercise.minutes, ch.exercise.title, ch.doc, None))
         units.extend(chapter_units)
-    units.append([("wrapup", WRAPUP_MIN, "Wrap-up: questions, what to try at work, the feedback form", "", None)])
+    if cut.wrapup:
+        units.append([("wrapup", WRAPUP_MIN, "Wrap-up: questions, what to try at work, the feedback form", "", None)])
     return units, later
 
 
 def _lay_out(chapters: tuple[Chapter, ...], mode: dict[str, str], cut: Cut) -> tuple[list[Row], list[Row], int]:
-    units, later = _units(chapters, mode)
+    units, later = _units(chapters, mode, cut)
     rows: list[Row] = []
     block = 0
     t = cut.blocks[0][0]
@@ -185,7 +194,7 @@ def _lay_out(chapters: tuple[Chapter, ...], mode: dict[str, str], cut: Cut) -> t
 
 
 def schedule(chapters: list[Chapter] | tuple[Chapter, ...], cut: str = "day") -> Schedule:
-    """Timetable for `cut` ("day" or "half") that places every notebook of `chapters`, in book order.
+    """Timetable for `cut` (one of `CUTS`) that places every notebook of `chapters`, in book order.
 
     Every notebook starts live (participants run it). While the wrap-up would end later than `BUFFER_MIN`
     before the planned end, notebooks are downgraded one at a time, in this order: a chapter's later notebooks
@@ -360,6 +369,15 @@ def read_notebooks(root: Path) -> list[Chapter]:
         out.append(Chapter(str(index.relative_to(root).with_suffix("")).replace("\\", "/"),
                            _title(body, folder.name), tuple(nbs), exercise))
     return [c for c in out if c.notebooks]
+
+
+def select_chapters(chapters: list[Chapter], folders: list[str] | tuple[str, ...]) -> tuple[list[Chapter], list[str]]:
+    """The chapters whose folder (`chapters/<folder>/index`) is in `folders`, in book order, and the folders
+    named that no chapter has (a track's programme on the agenda page)."""
+    if isinstance(folders, str) or not all(isinstance(f, str) and f for f in folders):
+        raise ValueError(f"select_chapters(): folders must be a list of chapter folder names; got {folders!r}")
+    by_folder = {c.doc.split("/")[-2]: c for c in chapters if c.doc.count("/") >= 2}
+    return [c for f, c in by_folder.items() if f in folders], [f for f in folders if f not in by_folder]
 
 
 def with_notebook(chapter: Chapter, doc: str, **changes) -> Chapter:

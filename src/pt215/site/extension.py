@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pt215.site import hardware_runs, workshop
+from pt215.site import hardware_runs, page_figures, verdicts, workshop
 from pt215.site.config import configure_launch_buttons, read_book_config
 from pt215.site.math_svg import MathRenderer, render_math
 from pt215.site.page_html import break_names, describe_page, number_figures, skipped_notes
@@ -206,13 +206,17 @@ DOWNLOAD = "_downloads/pytorch-2.15-in-practice.zip"
 
 
 def _build_download(app, exception) -> None:
-    """Write the whole book as one zip into the built site (scripts/build_download.py) when the HTML is done."""
+    """When the HTML is done: the figures re-encoded lighter (pt215.site.images), then the whole book as one zip
+    into the built site (scripts/build_download.py)."""
     if getattr(app, "pt215_math", None) is not None:
         app.pt215_math.close()
     if exception is not None or getattr(app.builder, "format", "") != "html":
         return
     import importlib.util
 
+    from pt215.site.images import lighten_site_images
+
+    lighten_site_images(Path(app.outdir) / "_images")
     script = Path(app.srcdir) / "scripts" / "build_download.py"
     spec = importlib.util.spec_from_file_location("build_download", script)
     module = importlib.util.module_from_spec(spec)
@@ -232,4 +236,6 @@ def setup(app) -> dict[str, Any]:
     app.connect("html-page-context", _page_scripts, priority=900)
     workshop.register(app)  # the "Running a workshop" tables (agenda, hub sizing)
     hardware_runs.setup(app)  # {hardware-runs}: recorded pt215.verify runs
+    page_figures.setup(app)  # {nb-figure}: a notebook's stored figure on a chapter page
+    verdicts.setup(app)  # {verdicts}: every chapter's verdict table, on the at-a-glance page
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,8 +1,8 @@
 """Recorded hardware runs on the book's pages: the `{hardware-runs}` directive (intro and chapters 1-6).
 
 Records are the JSON files `python -m pt215.verify --out ...` writes, kept in `data/hardware-runs/` (schema
-and provenance rules in its README), read as `pt215.verify_record.RunRecord`s. For each gated path of
-`pt215.gated_paths.PATHS`, a page lists the runs that verified it ("passed on NVIDIA H200 sm_90, torch
+and provenance rules in its README), read as `pt215.verify.record.RunRecord`s. For each gated path of
+`pt215.verify.paths.PATHS`, a page lists the runs that verified it ("passed on NVIDIA H200 sm_90, torch
 2.15.0, driver 570.86, 2026-12-01") and says plainly when nothing has. Fake-CUDA passes are named as such:
 they checked shapes and dtypes, no kernel ran.
 
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pt215.gated_paths import PATHS, GatedPath
 from pt215.needs import describe_need
-from pt215.verify_record import RunRecord
+from pt215.verify.paths import PATHS, GatedPath
+from pt215.verify.record import RunRecord
 
 __all__ = ["classify", "load_records", "need_words", "render", "setup", "summary_line"]
 
@@ -114,8 +114,10 @@ def render(paths: Sequence[GatedPath], records: Records) -> list:
     if done:
         out.append(_entries(done, records))
     if rest:
-        out.append(nodes.raw("", f"<details class=\"pt215-hardware-runs\"><summary>Not run on the hardware they "
-                                 f"need ({len(rest)}): fake CUDA, CPU, or nothing yet</summary>", format="html"))
+        waiting = sum(bool(p.needs) for p in rest)
+        out.append(nodes.raw("", f"<details class=\"pt215-hardware-runs\"><summary>The other {len(rest)} paths: "
+                                 f"{waiting} hardware paths not yet run on their hardware, and {len(rest) - waiting} "
+                                 "fake-CUDA checks that need none</summary>", format="html"))
         out.append(_entries(rest, records))
         out.append(nodes.raw("", "</details>", format="html"))
     return out

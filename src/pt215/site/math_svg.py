@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["MathRenderer", "render_math"]
+__all__ = ["MathRenderer", "render_math", "share_glyphs"]
 
 _SCRIPT = r"""
 const readline = require('readline');
@@ -103,4 +103,29 @@ def render_math(body: str, renderer: MathRenderer) -> str:
         return (f'<{m.group("tag")} class="math notranslate nohighlight pt215-math{m.group("more")}"'
                 f'{m.group("attrs")}>{svg}</{m.group("tag")}>')
 
-    return _MATH.sub(one, body)
+    return share_glyphs(_MATH.sub(one, body))
+
+
+_GLYPH = re.compile(r'<path id="MJX-\d+-(?P<key>TEX-[\w-]+)" d="(?P<d>[^"]*)"></path>')
+_USE = re.compile(r'xlink:href="#MJX-\d+-(?P<key>TEX-[\w-]+)"')
+
+
+def share_glyphs(body: str) -> str:
+    """`body` with each MathJax glyph defined once for the page: MathJax's local font cache repeats a glyph's path
+    in every formula that uses it (263 paths for 63 glyphs on a math-heavy page); here every `<use>` points at one
+    hidden `<svg>` of shared definitions, as MathJax's own global cache does in a browser. A glyph name whose paths
+    differ between formulas is left as it was."""
+    paths: dict[str, str] = {}
+    clash: set[str] = set()
+    for m in _GLYPH.finditer(body):
+        if paths.setdefault(m["key"], m["d"]) != m["d"]:
+            clash.add(m["key"])
+    shared = {k: d for k, d in paths.items() if k not in clash}
+    if not shared:
+        return body
+    body = _GLYPH.sub(lambda m: "" if m["key"] in shared else m[0], body)
+    body = body.replace("<defs></defs>", "")
+    body = _USE.sub(lambda m: f'xlink:href="#pt215-mjx-{m["key"]}"' if m["key"] in shared else m[0], body)
+    defs = "".join(f'<path id="pt215-mjx-{k}" d="{d}"></path>' for k, d in shared.items())
+    return ('<svg style="display: none" aria-hidden="true" xmlns="http://www.w3.org/2000/svg"><defs>'
+            f"{defs}</defs></svg>{body}")

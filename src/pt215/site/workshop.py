@@ -1,8 +1,8 @@
 """Sphinx directives of the "Running a workshop" part: tables generated from the notebooks and measurements.
 
-- `workshop-agenda` (option `:cut: day` or `half`): the timetable `pt215.site.agenda.schedule` builds from the
-  notebooks, their run times measured with N participants at once and the facilitator notes, so the agenda
-  page holds no typed-in minutes;
+- `workshop-agenda` (options `:cut:`, one of `agenda.CUTS`, and `:chapters:`, chapter folders): the timetable
+  `pt215.site.agenda.schedule` builds from the notebooks, their run times measured with N participants at once
+  and the facilitator notes, so the agenda page holds no typed-in minutes;
 - `workshop-hub-sizing`: processes, cores, memory (RSS and PSS) and disk per chapter, from
   `data/workshop/hub-sizing.json` (written by `scripts/measure_hub_sizing.py`);
 - `workshop-concurrent-runs`: the run times with N participants at once, from
@@ -26,7 +26,16 @@ from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 from sphinx import addnodes
 
-from pt215.site.agenda import CONCURRENT_RUNS, CUTS, NOTES, Row, load_run_times, read_notebooks, schedule
+from pt215.site.agenda import (
+    CONCURRENT_RUNS,
+    CUTS,
+    NOTES,
+    Row,
+    load_run_times,
+    read_notebooks,
+    schedule,
+    select_chapters,
+)
 
 __all__ = ["register"]
 
@@ -90,10 +99,11 @@ def _agenda_row(r: Row) -> list[Any]:
 
 
 class AgendaDirective(Directive):
-    """`workshop-agenda` with `:cut: day|half`."""
+    """`workshop-agenda` with `:cut:` (one of `CUTS`) and, optionally, `:chapters:` (chapter folders, space
+    separated: the programme of one part of the day or of one track)."""
 
     has_content = False
-    option_spec = {"cut": lambda arg: directives.choice(arg, tuple(CUTS))}
+    option_spec = {"cut": lambda arg: directives.choice(arg, tuple(CUTS)), "chapters": directives.unchanged}
 
     def run(self) -> list[nodes.Node]:
         env = self.state.document.settings.env
@@ -104,19 +114,23 @@ class AgendaDirective(Directive):
                 env.note_dependency(str(root / f"{nb.doc}.ipynb"))
         for dep in (CONCURRENT_RUNS, HUB_SIZING, NOTES):
             env.note_dependency(str(root / dep))
+        missing: list[str] = []
+        if self.options.get("chapters"):
+            chapters, missing = select_chapters(chapters, self.options["chapters"].split())
+        if not chapters:  # every chapter named is missing from this build: say so instead of a timetable
+            return [nodes.paragraph("", f"Not in this build of the book: {', '.join(missing)}.")]
         s = schedule(chapters, self.options.get("cut", "day"))
         n = sum(len(ch.notebooks) for ch in chapters)
         summary = (f"{n} notebooks in {len(chapters)} chapters: {s.count('live')} run live, {s.count('read')} "
                    f"walked through from the stored outputs"
                    + (f", {s.count('later')} for self-study afterwards" if s.later else "")
-                   + f"; {s.count('exercise')} exercises. The wrap-up ends at {s.end_clock}.")
+                   + f"; {s.count('exercise')} exercises. "
+                   + (f"The wrap-up ends at {s.end_clock}." if CUTS[s.cut].wrapup else f"It ends at {s.end_clock}."))
+        if missing:
+            summary += f" Not in this build of the book: {', '.join(missing)}."
         if not s.fits:
             summary += " This is later than planned: start earlier or move a chapter to a second session."
-        times = load_run_times(root)
-        if times.conditions:
-            summary += (f" Run times in the room: measured with {times.conditions}, for the notebooks measured "
-                        f"that way; the others' run times alone times {times.slowdown:g}, the largest slowdown "
-                        "measured.")
+        summary += _run_time_sources(root, [nb for ch in chapters for nb in ch.notebooks])
         out: list[nodes.Node] = [nodes.paragraph("", "", *_inline(summary))]
         headers = ["start", "min", "what", "how", "run time in the room"]
         out.append(_table(headers, [_agenda_row(r) for r in s.rows], [8, 6, 60, 14, 12]))
@@ -126,6 +140,41 @@ class AgendaDirective(Directive):
         for note in s.notes:
             out.append(nodes.paragraph("", note))
         return out
+
+
+def _run_time_sources(root: Path, notebooks: Sequence[Any]) -> str:
+    """Where a timetable's run times come from: how many were measured with N participants at once, how many
+    are estimates (a run time measured alone, or recorded by scripts/regen.py, times the slowdown), and the
+    run the slowdown was measured in, with its failed cells."""
+    times = load_run_times(root)
+    kinds = {"measured with": 0, "measured alone": 0, "recorded by": 0}
+    for nb in notebooks:
+        for k in kinds:
+            if nb.how.startswith(k):
+                kinds[k] += 1
+    unknown = len(notebooks) - sum(kinds.values())
+    n, x = times.participants, f"{times.slowdown:g}"
+    parts = []
+    if kinds["measured with"]:
+        parts.append(f"{kinds['measured with']} measured with {n} participants at once")
+    if kinds["measured alone"]:
+        parts.append(f"{kinds['measured alone']} estimated as the run time measured alone (hub sizing) times {x}")
+    if kinds["recorded by"]:
+        parts.append(f"{kinds['recorded by']} estimated as the run time `scripts/regen.py` recorded when it "
+                     f"executed the notebook, times {x}")
+    if unknown:
+        parts.append(f"{unknown} measured nowhere (assumed)")
+    text = f" Run times in the room, of these {len(notebooks)} notebooks: " + "; ".join(parts) + "."
+    conc = root / CONCURRENT_RUNS
+    if times.conditions and conc.is_file():
+        rows = [r for r in json.loads(conc.read_text(encoding="utf-8"))["notebooks"] if r.get("slowdown")]
+        if rows:
+            src = max(rows, key=lambda r: float(r["slowdown"]))
+            failed = src.get("participants_with_cell_errors") or 0
+            text += (f" The slowdown {x} was measured on {Path(src['notebook']).stem} alone and with {times.conditions}"
+                     + (f", a run in which {failed} of {src['completed']} participants had a cell fail (hub sizing "
+                        "lists the errors)" if failed else "") + ".")
+    return text
 
 
 def _mib(x: float) -> str:
@@ -182,8 +231,10 @@ class HubSizingDirective(Directive):
             f"{prov['interval_s']} s; reproduce with `{prov['command']}`."))]
         if with_pss and len(with_pss) < len(rows):
             out.append(nodes.paragraph("", (
-                f"PSS was measured for {len(with_pss)} of the {len(rows)} notebooks: those with the largest RSS "
-                "sums, where the largest PSS peaks are, and the one with the smallest.")))
+                f"PSS was measured for {len(with_pss)} of the {len(rows)} notebooks; the other rows come from "
+                "runs that recorded the RSS sum only (re-run the script on a notebook to add its PSS).")))
+        for note in prov.get("notes", []):
+            out.append(nodes.paragraph("", "", nodes.strong("", "Conditions: "), *_inline(note)))
         top = max(rows, key=lambda r: r["peak_rss_mib"])
         out.append(nodes.paragraph("", (
             f"One participant, one notebook at a time: at most {max(r['peak_processes'] for r in rows)} "
@@ -193,7 +244,9 @@ class HubSizingDirective(Directive):
         out.append(_table(headers, per_chapter, [22, 10, 10, *([10] * len(mem)), 10, 10]))
         if with_pss:
             out.extend(_memory_advice(with_pss))
-        per_nb = [[_doc_link(r["notebook"].removesuffix(".ipynb"), Path(r["notebook"]).stem),
+        found = self.state.document.settings.env.found_docs
+        per_nb = [[_doc_link(r["notebook"].removesuffix(".ipynb"), Path(r["notebook"]).stem)
+                   if r["notebook"].removesuffix(".ipynb") in found else nodes.inline("", Path(r["notebook"]).stem),
                    str(r["peak_processes"]), f"{r['peak_cores']:.1f}",
                    *([pss([r])] if with_pss else []), _mib(r["peak_rss_mib"]),
                    f"{r['wall_s']:.0f} s"] for r in rows]
@@ -207,33 +260,55 @@ class HubSizingDirective(Directive):
 BINDER_MAX_GIB = 2.0  # mybinder.org's user guidelines: at least 1 GB, at most 2 GB of memory per session
 
 
+DOCTOR_MEM_FAIL_GIB = 4.0  # pt215.doctor.MEM_FAIL_GIB, repeated here (tests/test_workshop_pages.py keeps them equal)
+
+TORCH_KERNEL_RSS_MIB = 300  # a kernel that imported torch holds more than this; one that never did, about 100
+
+
 def per_user_memory_gib(rows: Sequence[dict]) -> tuple[float, dict, dict]:
     """(memory limit per user in GiB, the notebook with the largest PSS peak, the one with the smallest): the
-    largest peak plus the smallest (one more kernel with torch imported, left open), rounded up to 0.5 GiB."""
+    largest peak plus the smallest (one more kernel with torch imported, left open), rounded up to 0.5 GiB.
+    The smallest is taken among the notebooks whose kernel imported torch (an RSS sum of at least
+    `TORCH_KERNEL_RSS_MIB`), so a notebook that never imports torch does not stand for an idle torch kernel."""
     top = max(rows, key=lambda r: r["peak_pss_mib"])
-    low = min(rows, key=lambda r: r["peak_pss_mib"])
+    with_torch = [r for r in rows if r.get("peak_rss_mib", TORCH_KERNEL_RSS_MIB) >= TORCH_KERNEL_RSS_MIB] or rows
+    low = min(with_torch, key=lambda r: r["peak_pss_mib"])
     need = (top["peak_pss_mib"] + low["peak_pss_mib"]) / 1024
     return math.ceil(need * 2) / 2, top, low
 
 
+def hub_memory_limit_gib(measured_gib: float) -> float:
+    """The per-user limit to configure: the measured need, but never below the doctor's failure threshold, so
+    that a participant's `python -m pt215.doctor` on the hub does not fail its memory check."""
+    return max(measured_gib, DOCTOR_MEM_FAIL_GIB)
+
+
 def _memory_advice(rows: Sequence[dict]) -> list[nodes.Node]:
-    limit, top, low = per_user_memory_gib(rows)
-    over = [Path(r["notebook"]).stem for r in rows if r["peak_pss_mib"] / 1024 > BINDER_MAX_GIB]
+    need, top, low = per_user_memory_gib(rows)
+    limit = hub_memory_limit_gib(need)
+    why = (f"It is the largest PSS peak ({_mib(top['peak_pss_mib'])}, "
+           f"{Path(top['notebook']).stem}) plus the smallest ({_mib(low['peak_pss_mib'])}, "
+           f"{Path(low['notebook']).stem}: about one more kernel with torch imported, left open), rounded up to "
+           f"half a GiB, which leaves {need * 1024 - top['peak_pss_mib'] - low['peak_pss_mib']:.0f} MiB for the "
+           "user's Jupyter server (not in the measurement, which follows the kernel's processes).")
+    if limit > need:
+        text = (f"Per-user memory limit: {limit:g} GiB, the doctor's threshold: `python -m pt215.doctor` fails a "
+                f"session with less than {DOCTOR_MEM_FAIL_GIB:g} GiB (`MEM_FAIL_GIB`, a setting). The measurements "
+                f"alone ask for {need:g} GiB. " + why)
+    else:
+        text = f"Per-user memory limit: {limit:g} GiB. " + why
     out: list[nodes.Node] = [nodes.paragraph("", "", *_inline(
-        f"Per-user memory limit: {limit:g} GiB. It is the largest PSS peak ({_mib(top['peak_pss_mib'])}, "
-        f"{Path(top['notebook']).stem}) plus the smallest ({_mib(low['peak_pss_mib'])}, "
-        f"{Path(low['notebook']).stem}: about one more kernel with torch imported, left open), rounded up to "
-        f"half a GiB, which leaves {limit * 1024 - top['peak_pss_mib'] - low['peak_pss_mib']:.0f} MiB for the "
-        "user's Jupyter server (not in the measurement, which follows the kernel's processes). A node for N "
-        f"participants needs N times {limit:g} GiB plus the hub's own processes."))]
+        text + f" A node for N participants needs N times {limit:g} GiB plus the hub's own processes."))]
+    over = [Path(r["notebook"]).stem for r in rows if r["peak_pss_mib"] / 1024 > BINDER_MAX_GIB]
     if over:
         out.append(nodes.paragraph("", "", *_inline(
             f"mybinder.org gives a session at least 1 GB and at most {BINDER_MAX_GIB:g} GB of memory: "
             f"{len(over)} of the {len(rows)} notebooks whose PSS was measured peak above {BINDER_MAX_GIB:g} GiB "
             f"({', '.join(over)}), and "
             "a session that reaches the cap has a process killed for lack of memory (the kernel dies, or a rank "
-            "fails). Binder suits the single-process notebooks; a workshop needs the hub image below or the "
-            "participants' own machines.")))
+            f"fails). The doctor also fails a machine or session with less than {DOCTOR_MEM_FAIL_GIB:g} GiB. "
+            "Binder cannot carry the CPU track: a workshop needs the hub image below or the participants' own "
+            "machines.")))
     else:
         out.append(nodes.paragraph("", "", (
             f"Every notebook whose PSS was measured peaks below mybinder.org's {BINDER_MAX_GIB:g} GB cap per "
