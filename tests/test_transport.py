@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -298,30 +300,38 @@ def test_ucx_protocols_reads_the_one_sided_tables_and_nothing_else():
         tr.ucx_protocols([], operations="")
 
 
+_TCP_COUNT = """
+import socket, time
+from pt215 import transport as tr
+
+server = socket.create_server(("127.0.0.1", 0))
+client = socket.create_connection(server.getsockname())
+peer, _ = server.accept()
+local_a, local_b = socket.socketpair()                         # a Unix socket: not TCP, not counted
+before = tr.tcp_socket_bytes()
+local_a.sendall(b"u" * 4096)
+local_b.recv(4096)
+unix = tr.tcp_socket_bytes() - before
+client.sendall(b"x" * 2**20)
+got = 0
+while got < 2**20:
+    got += len(peer.recv(1 << 16))
+deadline = time.monotonic() + 5                                # the sender's count waits for the ACKs
+while tr.tcp_socket_bytes() - before < 2 * 2**20 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(unix, tr.tcp_socket_bytes() - before)
+"""
+
+
 @pytest.mark.skipif(tr.tcp_socket_bytes() is None, reason="needs Linux's /proc/self/fd and TCP_INFO")
 def test_tcp_socket_bytes_counts_this_process_tcp_payload_and_nothing_else():
-    import socket
-
-    server = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(server.getsockname())
-    peer, _ = server.accept()
-    local_a, local_b = socket.socketpair()                         # a Unix socket: not TCP, not counted
-    try:
-        before = tr.tcp_socket_bytes()
-        local_a.sendall(b"u" * 4096)
-        local_b.recv(4096)
-        assert tr.tcp_socket_bytes() == before
-        client.sendall(b"x" * 2**20)
-        got = 0
-        while got < 2**20:
-            got += len(peer.recv(1 << 16))
-        deadline = time.monotonic() + 5                            # the sender's count waits for the ACKs
-        while tr.tcp_socket_bytes() - before < 2 * 2**20 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert tr.tcp_socket_bytes() - before == 2 * 2**20         # acked by the sender + received by the peer
-    finally:
-        for sock in (client, peer, server, local_a, local_b):
-            sock.close()
+    # In a fresh interpreter: this test process may hold other tests' sockets (a store, a worker's pipe), and the
+    # count is the whole process's by design, so only there are the test's own sockets all there is.
+    out = subprocess.run([sys.executable, "-c", _TCP_COUNT], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    unix, tcp = map(int, out.stdout.split())
+    assert unix == 0                                           # the Unix socket's 4 KiB are not counted
+    assert tcp == 2 * 2**20                                    # acked by the sender + received by the peer
 
 
 @pytest.mark.skipif(not tr.thread_times(), reason="needs Linux's per-thread scheduler statistics")
@@ -351,8 +361,12 @@ def test_thread_activity_tells_a_thread_that_never_sleeps_from_one_that_sleeps()
     stop.set()
     for th in threads:
         th.join()
-    assert activity[ids["spin"]].runnable > 0.8          # on a CPU or waiting for one, whatever the load
-    assert activity[ids["nap"]].runnable < 0.1 and activity[ids["nap"]].on_cpu < 0.05
+    spin, nap = activity[ids["spin"]], activity[ids["nap"]]
+    # About 1 on a quiet machine. On a loaded virtual machine the two counters can miss part of a window (a CI run
+    # read 0.37 for this thread: on a CPU 0.36, waiting 0.007), so the test asks what holds under any load: the
+    # spinner wanted a CPU for a good share of the window, many times what the sleeper did.
+    assert spin.runnable > 0.2 and spin.runnable > 5 * nap.runnable
+    assert nap.runnable < 0.1 and nap.on_cpu < 0.05
     with pytest.raises(ValueError, match="seconds must be a positive"):
         tr.thread_activity(before, before, 0)
     with pytest.raises(ValueError, match="pid must be a positive int"):

@@ -422,7 +422,8 @@ class ThreadActivity:
     @property
     def runnable(self) -> float:
         """Share of the window the thread wanted a CPU (on one, or waiting for one): about 1 for a thread that
-        never sleeps, whatever the machine's load; about 0 for one that sleeps."""
+        never sleeps, about 0 for one that sleeps. On a heavily loaded virtual machine the two counters can miss
+        part of the window, so a spinning thread can read well below 1: tell it by `voluntary` too."""
         return self.on_cpu + self.waiting
 
 
