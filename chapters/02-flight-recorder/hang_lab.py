@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             end = time.monotonic() + a.dump_after + 30
             while not all(f.exists() for f in files) and time.monotonic() < end:
                 time.sleep(0.05)
-            finish(outcome)
+            dumped.wait(a.dump_after + 30); finish(outcome)  # noqa: E702 (the dump's reason is set after its file)
 
     def finish(outcome: str) -> None:
         print(f"outcome: {outcome}; dump written by: {info.get('dump_reason', 'nobody')}")

@@ -166,7 +166,9 @@ def dead_peer_case(t: Any, rank: int, store: dist.Store, op_timeout: float, resu
     ev: list[dict[str, Any]] = []
     timed(ev, f"write(timeout={op_timeout:g})", lambda: t.write(mem.to_view(), remote, timeout=op_timeout))
     work = t.write(mem.to_view(), remote, async_op=True)
-    time.sleep(0.1)
+    deadline = time.monotonic() + TIMEOUT           # poll until NIXL has reported on it (each call polls once)
+    while work._error is None and not work.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.01)
     error = work._error                              # private: where the Work keeps what NIXL reported
     state = {"is_completed": work.is_completed(), "exception": repr(work.exception()),
              "stored_error": type(error).__name__ if error is not None else None}

@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("forward finished (not expected)", flush=True)
     except RuntimeError as e:  # the rank whose peer aborted sees the connection drop
         print(f"{type(e).__name__}: {str(e).splitlines()[0][-90:]}", flush=True)
-        time.sleep(3)  # let the aborted peer be the first failure the launcher reports
+        time.sleep(30)  # let the aborted peer be the first failure the launcher reports (it then stops this one)
         return 1
     shutdown()
     return 0

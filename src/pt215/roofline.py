@@ -41,7 +41,7 @@ import torch
 
 from pt215 import model as _model
 from pt215.model import DecoderLM, KVCache, ModelConfig
-from pt215.timing import interleaved_medians, median_seconds, time_samples
+from pt215.timing import interleaved_samples, median_seconds, time_samples
 
 __all__ = [
     "FORMATS",
@@ -342,7 +342,7 @@ def measure_decode_roofline(models: Mapping[str, DecoderLM], *, batches: Sequenc
                             bandwidth_bytes: int = 256 * 2**20, gemm_n: int = 512,
                             read_buffer: torch.Tensor | None = None, cached_bytes: int | None = None,
                             prefill: bool = True, device: torch.device | str | None = None) -> dict:
-    """Measure, interleaved round-robin in one run (:func:`pt215.timing.interleaved_medians`): the read
+    """Measure, interleaved round-robin in one run (:func:`pt215.timing.interleaved_samples`): the read
     bandwidth, a copy (the control for it), a cache-resident read (the control that the first was not), a
     ``gemm_n``-cube GEMM per dtype (the compute roof) and a decode step (:func:`decode_step_fn`) for every model
     in ``models`` (a name, e.g. ``"fp32"`` or ``"twin"``, to a float32 or bfloat16 ``DecoderLM``) and every
@@ -358,10 +358,12 @@ def measure_decode_roofline(models: Mapping[str, DecoderLM], *, batches: Sequenc
     default). ``prefill=False`` fills the KV caches with random values instead of running the model over the
     context (:func:`decode_step_fn`).
 
-    Returns ``{"threads", "iters", "read_bw", "copy_bw", "cached_read_bw"`` (bytes/s), ``"read_bytes"``,
-    ``"cached_bytes"``, ``"gemm_flops"`` (FLOP/s per dtype name), ``"decode"``: ``{(name, batch): {"step_s",
-    "tokens_per_s", "step_bytes", "step_flops", "fmt"}}}``; bytes and FLOPs per step come from
-    :func:`decode_step_bytes` and :func:`decode_step_flops`.
+    Returns ``{"threads", "iters", "read_bw", "copy_bw", "cached_read_bw"`` (bytes/s, from the medians),
+    ``"read_bw_best", "copy_bw_best"`` (from the best rounds), ``"read_bytes"``, ``"cached_bytes"``,
+    ``"gemm_flops"`` (FLOP/s per dtype name), ``"decode"``: ``{(name, batch): {"step_s"`` (median),
+    ``"best_step_s", "tokens_per_s", "step_bytes", "step_flops", "fmt"}}}``; bytes and FLOPs per step come from
+    :func:`decode_step_bytes` and :func:`decode_step_flops`. The best rounds are for checks that must hold
+    under load: a stall in one round moves a median far more than it moves the best round.
     """
     if not isinstance(models, Mapping) or not models:
         raise ValueError(f"models must be a non-empty mapping of a name to a model, got {models!r}")
@@ -399,20 +401,24 @@ def measure_decode_roofline(models: Mapping[str, DecoderLM], *, batches: Sequenc
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        t = interleaved_medians(fns, iters=iters, warmup=warmup, device=device)
+        samples = interleaved_samples(fns, iters=iters, warmup=warmup, device=device)
         used = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev)
+    t = {k: statistics.median(v) for k, v in samples.items()}
+    best = {k: min(v) for k, v in samples.items()}
     decode = {}
     for name, model in models.items():
         fmt = formats[name]
         for batch in batches:
             step = t[f"{name} B={batch}"]
-            decode[(name, batch)] = {"step_s": step, "tokens_per_s": batch / step, "fmt": fmt,
+            decode[(name, batch)] = {"step_s": step, "best_step_s": best[f"{name} B={batch}"],
+                                     "tokens_per_s": batch / step, "fmt": fmt,
                                      "step_bytes": decode_step_bytes(model.cfg, fmt, batch=batch, context=context),
                                      "step_flops": decode_step_flops(model.cfg, batch=batch, context=context)}
     return {"threads": used, "iters": iters, "read_bytes": read_bytes, "cached_bytes": cached_bytes,
             "read_bw": read_bytes / t["read"], "copy_bw": 2 * copied / t["copy"],
+            "read_bw_best": read_bytes / best["read"], "copy_bw_best": 2 * copied / best["copy"],
             "cached_read_bw": cached_bytes / t["read cached"],
             "gemm_flops": {fmt: 2 * gemm_n**3 / t[f"gemm {fmt}"] for fmt in sorted(set(formats.values()))},
             "decode": decode}
