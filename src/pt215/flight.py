@@ -749,13 +749,14 @@ def plot_wait_for(diag: Diagnosis, ax: Any = None, *, group_ranks: bool | None =
 # ---------------------------------------------------------------- in-process helpers
 
 
-def settled_trace(*, backend: str = "gloo", timeout_s: float = 10.0, **dump_options: Any) -> dict[str, Any]:
+def settled_trace(*, backend: str = "gloo", timeout_s: float = 30.0, **dump_options: Any) -> dict[str, Any]:
     """This process's dump (`_dump_fr_trace`, unpickled) once every group's `last_completed_collective` has caught
     up with its `last_enqueued_collective`.
 
     gloo marks a collective completed on its worker thread, shortly after `wait()` returns on the issuing thread:
-    a dump taken at once can show the last collective unfinished on a loaded machine. This waits for the state it
-    returns (polling cheap dumps without entries, at most `timeout_s`), then takes the dump asked for, and raises
+    a dump taken at once can show the last collective unfinished on a loaded machine (usually for milliseconds; on
+    a loaded machine it has taken over 10 s). This waits for the state it returns (polling cheap dumps without
+    entries, at most `timeout_s`), then takes the dump asked for, and raises
     `TimeoutError` naming the groups that did not catch up. The poll is cheap on purpose: the first dump with
     Python frames in a process can take seconds (it imports torch's compiler stack), and its `pg_status` is read
     before that work.
