@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -24,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "tests" / "durations.json"
 LINE = re.compile(r"^\s*(?P<s>[\d.]+)s (?:call|setup|teardown)\s+(?P<id>\S+)")
-SUMMARY = re.compile(r"=+ (?P<text>.*\b(?:passed|failed)\b.*) in (?P<s>[\d.]+)s")
+# pytest's closing line, with its ===== border or without it (-q)
+SUMMARY = re.compile(r"^=*\s*(?P<text>\d+ (?:passed|failed)\b.*?) in (?P<s>[\d.]+)s", re.M)
 
 
 def per_file(log: str) -> Counter[str]:
@@ -57,20 +59,32 @@ def main(argv: list[str] | None = None) -> int:
         if not a.log.is_file():
             p.error(f"--log: no such file: {a.log}")
         log, wall = a.log.read_text(encoding="utf-8", errors="replace"), None
+        cpu, returncode = None, 0
     else:
-        start = time.monotonic()
+        start, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), "--durations=0", "-q", *a.pytest_args],
                               cwd=ROOT, capture_output=True, text=True)
         wall, log = time.monotonic() - start, proc.stdout + proc.stderr
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # the second way of seeing the run: CPU time of every process it started (reaped ones), against the wall
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        returncode = proc.returncode
     times = per_file(log)
     if not times:
         print("suite_times: no --durations lines found (was the run started with --durations=0?)", file=sys.stderr)
         return 2
     summaries = list(SUMMARY.finditer(log))
     m = summaries[-1] if summaries else None
+    if a.log is not None and m and re.search(r"\b(?:failed|errors?)\b", m.group("text")):
+        returncode = 1  # a log of a run that failed
     print(table(times, wall if wall is not None else (float(m.group("s")) if m else None)))
+    if cpu is not None and wall:
+        print(f"{cpu:8.1f}         CPU seconds, all its processes (user + sys): {cpu / wall:.2f} cores busy on average")
     if m:
         print(f"pytest: {m.group('text')} in {m.group('s')} s")
+    if returncode != 0:
+        print(f"suite_times: the run failed (pytest exit {returncode}): its times are not a baseline", file=sys.stderr)
+        return 1
     if a.write:
         DURATIONS.write_text(json.dumps({f: round(s, 1) for f, s in sorted(times.items())}, indent=1) + "\n")
         print(f"wrote {DURATIONS.relative_to(ROOT)} ({len(times)} files)")
